@@ -1,0 +1,125 @@
+// Error policy (docs/errors.md): recoverable conditions throw a subclass of antdt::Error;
+// broken invariants are assertions. Every foreign call goes through one checked-call macro
+// that stringifies the call, adds file:line and decodes the library's own message.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace antdt {
+
+// The one root of every exception antdt throws.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Bad usage: an invalid option, argument or combination. CLIs exit with code 2.
+class UsageError : public Error {
+ public:
+  using Error::Error;
+};
+
+// A file that cannot be used: missing, unreadable, wrong shape or type. The message names
+// the file and the data set.
+class FileError : public Error {
+ public:
+  using Error::Error;
+};
+
+// A checkpoint that cannot be restored: wrong version, truncated, shape mismatch.
+class CheckpointError : public FileError {
+ public:
+  using FileError::FileError;
+};
+
+// A failed MPI call; code() is the MPI error code, what() carries MPI_Error_string.
+class MpiError : public Error {
+ public:
+  MpiError(int code, const std::string& what) : Error(what), code_(code) {}
+  [[nodiscard]] int code() const noexcept { return code_; }
+
+ private:
+  int code_;
+};
+
+// A failed CUDA runtime or cuBLAS call.
+class CudaError : public Error {
+ public:
+  CudaError(int code, const std::string& what) : Error(what), code_(code) {}
+  [[nodiscard]] int code() const noexcept { return code_; }
+
+ private:
+  int code_;
+};
+
+// A failed NCCL call.
+class NcclError : public Error {
+ public:
+  NcclError(int code, const std::string& what) : Error(what), code_(code) {}
+  [[nodiscard]] int code() const noexcept { return code_; }
+
+ private:
+  int code_;
+};
+
+// A device that was asked for but cannot be used.
+class DeviceError : public Error {
+ public:
+  using Error::Error;
+};
+
+namespace detail {
+// Out-of-line throwers keep the macros small. Each decodes `code` with the library's own
+// message function. throw_cuda_error aborts instead of throwing for errors that poison the
+// CUDA context (illegal address, launch failure...), since no later call can succeed.
+[[noreturn]] void throw_mpi_error(int code, const char* call, const char* file, int line);
+[[noreturn]] void throw_cuda_error(int code, const char* call, const char* file, int line);
+[[noreturn]] void throw_cublas_error(int code, const char* call, const char* file, int line);
+[[noreturn]] void throw_nccl_error(int code, const char* call, const char* file, int line);
+[[noreturn]] void throw_hdf5_error(const char* call, const char* file, int line);
+}  // namespace detail
+
+}  // namespace antdt
+
+// MPI_SUCCESS, cudaSuccess, CUBLAS_STATUS_SUCCESS and ncclSuccess are all 0 by their
+// standards, so these macros need none of those headers.
+#define ANTDT_CHECK_MPI(call)                                                        \
+  do {                                                                               \
+    const int antdt_mpi_rc_ = (call);                                                \
+    if (antdt_mpi_rc_ != 0) ::antdt::detail::throw_mpi_error(antdt_mpi_rc_, #call, __FILE__, __LINE__); \
+  } while (0)
+
+#define ANTDT_CHECK_CUDA(call)                                                       \
+  do {                                                                               \
+    const int antdt_cuda_rc_ = static_cast<int>(call);                               \
+    if (antdt_cuda_rc_ != 0) ::antdt::detail::throw_cuda_error(antdt_cuda_rc_, #call, __FILE__, __LINE__); \
+  } while (0)
+
+#define ANTDT_CHECK_CUBLAS(call)                                                     \
+  do {                                                                               \
+    const int antdt_cublas_rc_ = static_cast<int>(call);                             \
+    if (antdt_cublas_rc_ != 0) ::antdt::detail::throw_cublas_error(antdt_cublas_rc_, #call, __FILE__, __LINE__); \
+  } while (0)
+
+#define ANTDT_CHECK_NCCL(call)                                                       \
+  do {                                                                               \
+    const int antdt_nccl_rc_ = static_cast<int>(call);                               \
+    if (antdt_nccl_rc_ != 0) ::antdt::detail::throw_nccl_error(antdt_nccl_rc_, #call, __FILE__, __LINE__); \
+  } while (0)
+
+// HDF5 calls return a negative value on failure (herr_t or hid_t).
+#define ANTDT_CHECK_HDF5(call)                                                       \
+  do {                                                                               \
+    if ((call) < 0) ::antdt::detail::throw_hdf5_error(#call, __FILE__, __LINE__);    \
+  } while (0)
+
+// Invariant checks: always on (cheap), they abort with file:line and the condition.
+#define ANTDT_ASSERT(cond, msg)                                                      \
+  do {                                                                               \
+    if (!(cond)) ::antdt::detail::assertion_failed(#cond, msg, __FILE__, __LINE__); \
+  } while (0)
+
+namespace antdt::detail {
+[[noreturn]] void assertion_failed(const char* cond, const char* msg, const char* file, int line) noexcept;
+}  // namespace antdt::detail

@@ -1,0 +1,39 @@
+// Where this process sits in the job: world rank and size, rank and size on its node, and
+// the batch job id. MPI is asked first (it knows best); launcher variables fill the gaps in
+// this order: Open MPI (OMPI_COMM_WORLD_*), PMI (PMI_*), Slurm (SLURM_*).
+#pragma once
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+
+#include <mpi.h>
+
+namespace antdt {
+
+struct LaunchInfo {
+  int world_rank = 0;
+  int world_size = 1;
+  int local_rank = 0;   // rank among the processes on this node
+  int local_size = 1;
+  std::string job_id;   // Slurm job id (with array/step suffix where present), or ""
+  std::string source;   // what the ranks came from: "mpi", "ompi", "pmi", "slurm", "none"
+  std::string hostname;
+};
+
+// Looks up an environment variable; std::nullopt when unset. Tests pass a fake.
+using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
+
+// The process environment.
+[[nodiscard]] EnvLookup process_env();
+// A fixed map, for tests and for tools that replay a job's environment.
+[[nodiscard]] EnvLookup map_env(std::map<std::string, std::string> vars);
+
+// If `comm` is not MPI_COMM_NULL, world rank/size come from it and the node-local rank/size
+// from MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) (collective over comm). Otherwise they come
+// from the launcher variables. The job id always comes from SLURM_JOB_ID (plus
+// SLURM_ARRAY_TASK_ID as "_N" when set). Throws UsageError on malformed numbers.
+[[nodiscard]] LaunchInfo discover_launch(MPI_Comm comm, const EnvLookup& env = process_env());
+
+}  // namespace antdt

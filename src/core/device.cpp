@@ -1,0 +1,98 @@
+#include "antdt/device.hpp"
+
+#include <atomic>
+#include <string>
+
+#include "antdt/config.hpp"
+#include "antdt/error.hpp"
+#include "antdt/log.hpp"
+
+#if ANTDT_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace antdt {
+
+std::string_view backend_name(Backend backend) noexcept {
+  return backend == Backend::cuda ? "cuda" : "host";
+}
+
+DevicePreference parse_device_preference(std::string_view text) {
+  if (text == "auto") return DevicePreference::automatic;
+  if (text == "host" || text == "cpu") return DevicePreference::host;
+  if (text == "cuda" || text == "gpu") return DevicePreference::cuda;
+  throw UsageError("invalid device '" + std::string(text) + "': use auto, host or cuda");
+}
+
+namespace {
+// Why CUDA cannot be used, or "" when it can.
+std::string cuda_unavailable_reason(int& count) {
+  count = 0;
+#if ANTDT_HAVE_CUDA
+  // Without a driver this returns cudaErrorInsufficientDriver (35) and leaves the count
+  // unset (CUDA 13 on GPU-less machines), so the count is initialised above.
+  int n = 0;
+  const cudaError_t rc = cudaGetDeviceCount(&n);
+  if (rc != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky-free error so later probes start clean
+    return std::string("cudaGetDeviceCount failed: ") + cudaGetErrorName(rc) + " (" + cudaGetErrorString(rc) + ")";
+  }
+  if (n <= 0) return "no CUDA device is visible (cudaGetDeviceCount returned 0)";
+  count = n;
+  return "";
+#else
+  return "this build of antdt has no CUDA support (ANTDT_ENABLE_CUDA=OFF)";
+#endif
+}
+
+std::atomic<bool> g_reported{false};
+}  // namespace
+
+int cuda_device_count() noexcept {
+  int count = 0;
+  try {
+    (void)cuda_unavailable_reason(count);
+  } catch (...) {
+    count = 0;
+  }
+  return count;
+}
+
+DeviceInfo select_device(int local_rank, DevicePreference preference) {
+  DeviceInfo info;
+  info.name = "host (BLAS sgemm";
+  info.name += ANTDT_HAVE_KOKKOS ? " + Kokkos)" : ")";
+  int count = 0;
+  const std::string why_not = cuda_unavailable_reason(count);
+  info.device_count = count;
+
+  if (preference == DevicePreference::host) {
+    info.reason = "host backend requested";
+  } else if (!why_not.empty()) {
+    if (preference == DevicePreference::cuda) throw DeviceError("CUDA backend requested but unusable: " + why_not);
+    info.reason = "using the host backend: " + why_not;
+  } else {
+#if ANTDT_HAVE_CUDA
+    const int id = (local_rank < 0 ? 0 : local_rank) % count;
+    ANTDT_CHECK_CUDA(cudaSetDevice(id));
+    cudaDeviceProp prop{};
+    ANTDT_CHECK_CUDA(cudaGetDeviceProperties(&prop, id));
+    std::size_t free_b = 0, total_b = 0;
+    ANTDT_CHECK_CUDA(cudaMemGetInfo(&free_b, &total_b));
+    info.backend = Backend::cuda;
+    info.device_id = id;
+    info.name = prop.name;
+    info.compute_capability = prop.major * 10 + prop.minor;
+    info.free_memory = free_b;
+    info.total_memory = total_b;
+    info.reason = "local rank " + std::to_string(local_rank) + " -> GPU " + std::to_string(id) + " of " +
+                  std::to_string(count);
+#endif
+  }
+  if (!g_reported.exchange(true)) {
+    ANTDT_LOG(info) << "device: " << backend_name(info.backend) << " [" << info.name << "]: " << info.reason;
+  }
+  return info;
+}
+
+}  // namespace antdt

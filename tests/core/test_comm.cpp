@@ -1,0 +1,79 @@
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <string>
+#include <type_traits>
+
+#include "antdt/comm.hpp"
+#include "antdt/error.hpp"
+
+using antdt::Communicator;
+
+static_assert(!std::is_copy_constructible_v<Communicator>);
+static_assert(std::is_nothrow_move_constructible_v<Communicator>);
+
+TEST(Communicator, DuplicatesAndKeepsRankAndSize) {
+  int rank = 0, size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  auto comm = Communicator::duplicate(MPI_COMM_WORLD);
+  EXPECT_EQ(comm.rank(), rank);
+  EXPECT_EQ(comm.size(), size);
+  int cmp = MPI_UNEQUAL;
+  MPI_Comm_compare(comm.get(), MPI_COMM_WORLD, &cmp);
+  EXPECT_EQ(cmp, MPI_CONGRUENT) << "a duplicate is congruent, never the same handle";
+}
+
+TEST(Communicator, SetsErrorsReturnOnDuplicateOnly) {
+  auto comm = Communicator::duplicate(MPI_COMM_WORLD);
+  MPI_Errhandler dup_handler, world_handler;
+  MPI_Comm_get_errhandler(comm.get(), &dup_handler);
+  MPI_Comm_get_errhandler(MPI_COMM_WORLD, &world_handler);
+  EXPECT_EQ(dup_handler, MPI_ERRORS_RETURN);
+  EXPECT_NE(world_handler, MPI_ERRORS_RETURN) << "the user's communicator must be left alone";
+  MPI_Errhandler_free(&dup_handler);
+  MPI_Errhandler_free(&world_handler);
+}
+
+TEST(Communicator, MoveTransfersOwnership) {
+  auto a = Communicator::duplicate(MPI_COMM_WORLD);
+  const MPI_Comm handle = a.get();
+  Communicator b = std::move(a);
+  EXPECT_EQ(b.get(), handle);
+  EXPECT_EQ(a.get(), MPI_COMM_NULL);  // NOLINT(bugprone-use-after-move): moved-from state is specified
+  EXPECT_FALSE(static_cast<bool>(a));
+  Communicator c;
+  c = std::move(b);
+  EXPECT_EQ(c.get(), handle);
+  c.barrier();
+}
+
+TEST(Communicator, InvalidCallThrowsMpiErrorWithMpiMessage) {
+  auto comm = Communicator::duplicate(MPI_COMM_WORLD);
+  int value = 1;
+  // An invalid root makes MPI_Bcast fail; with MPI_ERRORS_RETURN on our duplicate this must
+  // surface as antdt::MpiError carrying MPI's own text, the call and the location.
+  try {
+    ANTDT_CHECK_MPI(MPI_Bcast(&value, 1, MPI_INT, comm.size() + 5, comm.get()));
+    FAIL() << "MPI_Bcast with an invalid root did not fail";
+  } catch (const antdt::MpiError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(e.code(), 0);
+    EXPECT_NE(what.find("MPI_ERR_ROOT"), std::string::npos) << what;
+    EXPECT_NE(what.find("MPI_Bcast"), std::string::npos) << what;
+    EXPECT_NE(what.find("test_comm.cpp"), std::string::npos) << what;
+  }
+  comm.barrier();  // the communicator is still usable afterwards
+}
+
+TEST(Communicator, NullCommunicatorIsAUsageError) {
+  EXPECT_THROW((void)Communicator::duplicate(MPI_COMM_NULL), antdt::UsageError);
+}
+
+TEST(Errors, AllDeriveFromOneRoot) {
+  EXPECT_THROW(throw antdt::MpiError(1, "x"), antdt::Error);
+  EXPECT_THROW(throw antdt::CheckpointError("x"), antdt::FileError);
+  EXPECT_THROW(throw antdt::UsageError("x"), antdt::Error);
+  EXPECT_THROW(throw antdt::NcclError(1, "x"), antdt::Error);
+  EXPECT_THROW(throw antdt::CudaError(1, "x"), antdt::Error);
+}

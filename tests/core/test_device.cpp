@@ -1,0 +1,48 @@
+#include <gtest/gtest.h>
+
+#include "antdt/config.hpp"
+#include "antdt/device.hpp"
+#include "antdt/error.hpp"
+
+using namespace antdt;
+
+TEST(Device, HostPreferenceAlwaysGivesHost) {
+  auto d = select_device(0, DevicePreference::host);
+  EXPECT_EQ(d.backend, Backend::host);
+  EXPECT_EQ(d.device_id, -1);
+  EXPECT_EQ(d.reason, "host backend requested");
+}
+
+TEST(Device, AutomaticFallsBackToHostWithReasonWhenNoGpu) {
+  if (cuda_device_count() > 0) GTEST_SKIP() << "a CUDA device is present; this test covers GPU-less machines";
+  auto d = select_device(3, DevicePreference::automatic);
+  EXPECT_EQ(d.backend, Backend::host);
+  EXPECT_EQ(d.device_count, 0);
+  EXPECT_NE(d.reason.find("using the host backend"), std::string::npos) << d.reason;
+#if ANTDT_HAVE_CUDA
+  EXPECT_NE(d.reason.find("cudaGetDeviceCount"), std::string::npos) << d.reason;
+#else
+  EXPECT_NE(d.reason.find("no CUDA support"), std::string::npos) << d.reason;
+#endif
+}
+
+TEST(Device, CudaPreferenceWithoutGpuIsADeviceError) {
+  if (cuda_device_count() > 0) GTEST_SKIP() << "a CUDA device is present";
+  EXPECT_THROW((void)select_device(0, DevicePreference::cuda), DeviceError);
+}
+
+TEST(Device, LocalRankPicksItsGpu) {
+  const int n = cuda_device_count();
+  if (n == 0) GTEST_SKIP() << "no CUDA device: GPU selection cannot be exercised here (host path tested above)";
+  auto d = select_device(n + 1, DevicePreference::cuda);
+  EXPECT_EQ(d.backend, Backend::cuda);
+  EXPECT_EQ(d.device_id, (n + 1) % n);
+  EXPECT_GT(d.total_memory, 0u);
+}
+
+TEST(Device, ParsePreference) {
+  EXPECT_EQ(parse_device_preference("auto"), DevicePreference::automatic);
+  EXPECT_EQ(parse_device_preference("host"), DevicePreference::host);
+  EXPECT_EQ(parse_device_preference("cuda"), DevicePreference::cuda);
+  EXPECT_THROW((void)parse_device_preference("tpu"), UsageError);
+}

@@ -1,0 +1,75 @@
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include "antdt/error.hpp"
+#include "antdt/launcher.hpp"
+
+using antdt::discover_launch;
+using antdt::map_env;
+
+TEST(Launcher, MpiIsAskedFirst) {
+  // Fake launcher variables that disagree with MPI: MPI must win.
+  auto info = discover_launch(MPI_COMM_WORLD, map_env({{"OMPI_COMM_WORLD_RANK", "7"}, {"OMPI_COMM_WORLD_SIZE", "9"}}));
+  int rank = 0, size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  EXPECT_EQ(info.source, "mpi");
+  EXPECT_EQ(info.world_rank, rank);
+  EXPECT_EQ(info.world_size, size);
+  EXPECT_GE(info.local_size, 1);
+  EXPECT_LT(info.local_rank, info.local_size);
+}
+
+TEST(Launcher, OpenMpiVariables) {
+  auto info = discover_launch(MPI_COMM_NULL, map_env({{"OMPI_COMM_WORLD_RANK", "5"},
+                                                      {"OMPI_COMM_WORLD_SIZE", "8"},
+                                                      {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                                                      {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"},
+                                                      {"SLURM_PROCID", "3"},
+                                                      {"SLURM_NTASKS", "8"}}));
+  EXPECT_EQ(info.source, "ompi");
+  EXPECT_EQ(info.world_rank, 5);
+  EXPECT_EQ(info.world_size, 8);
+  EXPECT_EQ(info.local_rank, 1);
+  EXPECT_EQ(info.local_size, 4);
+  EXPECT_EQ(info.job_id, "");
+}
+
+TEST(Launcher, PmiBeforeSlurm) {
+  auto info = discover_launch(MPI_COMM_NULL, map_env({{"PMI_RANK", "2"}, {"PMI_SIZE", "3"}, {"SLURM_PROCID", "0"},
+                                                      {"SLURM_NTASKS", "3"}, {"SLURM_JOB_ID", "4242"}}));
+  EXPECT_EQ(info.source, "pmi");
+  EXPECT_EQ(info.world_rank, 2);
+  EXPECT_EQ(info.world_size, 3);
+  EXPECT_EQ(info.job_id, "4242");
+}
+
+TEST(Launcher, SlurmVariablesAndArrayJob) {
+  auto info = discover_launch(MPI_COMM_NULL, map_env({{"SLURM_PROCID", "6"},
+                                                      {"SLURM_NTASKS", "8"},
+                                                      {"SLURM_LOCALID", "2"},
+                                                      {"SLURM_NTASKS_PER_NODE", "4(x2)"},
+                                                      {"SLURM_JOB_ID", "1234"},
+                                                      {"SLURM_ARRAY_TASK_ID", "7"}}));
+  EXPECT_EQ(info.source, "slurm");
+  EXPECT_EQ(info.world_rank, 6);
+  EXPECT_EQ(info.world_size, 8);
+  EXPECT_EQ(info.local_rank, 2);
+  EXPECT_EQ(info.local_size, 3) << "an unparsable per-node count falls back to what local rank implies";
+  EXPECT_EQ(info.job_id, "1234_7");
+}
+
+TEST(Launcher, NothingSetMeansSingleProcess) {
+  auto info = discover_launch(MPI_COMM_NULL, map_env({}));
+  EXPECT_EQ(info.source, "none");
+  EXPECT_EQ(info.world_rank, 0);
+  EXPECT_EQ(info.world_size, 1);
+  EXPECT_EQ(info.local_rank, 0);
+}
+
+TEST(Launcher, MalformedValuesAreUsageErrors) {
+  EXPECT_THROW((void)discover_launch(MPI_COMM_NULL, map_env({{"SLURM_PROCID", "x1"}, {"SLURM_NTASKS", "2"}})),
+               antdt::UsageError);
+  EXPECT_THROW((void)discover_launch(MPI_COMM_NULL, map_env({{"PMI_RANK", "4"}, {"PMI_SIZE", "4"}})),
+               antdt::UsageError);
+}
