@@ -1,0 +1,42 @@
+#include "antdt/plan.hpp"
+
+#include "antdt/error.hpp"
+
+namespace antdt {
+
+std::vector<std::int64_t> Plan::micro_batches(int rank) const {
+  const auto r = static_cast<std::size_t>(rank);
+  const std::int64_t b = batch.at(r);
+  const std::int64_t k = std::max<std::int64_t>(1, accumulation.at(r));
+  std::vector<std::int64_t> sizes;
+  if (b == 0) return sizes;
+  sizes.reserve(static_cast<std::size_t>(k));
+  for (std::int64_t j = 0; j < k; ++j) sizes.push_back(b / k + (j < b % k ? 1 : 0));
+  return sizes;
+}
+
+void update_accumulation(Plan& plan) {
+  plan.accumulation.resize(plan.batch.size());
+  for (std::size_t i = 0; i < plan.batch.size(); ++i) {
+    const std::int64_t cap = plan.micro_batch_cap.at(i);
+    if (cap < 1) throw UsageError("micro-batch cap of rank " + std::to_string(i) + " must be at least 1");
+    plan.accumulation[i] = static_cast<std::int32_t>(plan.batch[i] == 0 ? 0 : ceil_div(plan.batch[i], cap));
+  }
+}
+
+Plan equal_plan(std::int64_t global_batch, const std::vector<std::int64_t>& caps, std::int64_t effective_step) {
+  const auto n = static_cast<std::int64_t>(caps.size());
+  if (n == 0) throw UsageError("a plan needs at least one rank");
+  if (global_batch < 1) throw UsageError("the global batch must be at least 1");
+  Plan p;
+  p.effective_step = effective_step;
+  p.global_batch = global_batch;
+  p.micro_batch_cap = caps;
+  p.batch.resize(caps.size());
+  for (std::int64_t i = 0; i < n; ++i) p.batch[static_cast<std::size_t>(i)] = global_batch / n + (i < global_batch % n ? 1 : 0);
+  update_accumulation(p);
+  p.reason = "equal split";
+  return p;
+}
+
+}  // namespace antdt
