@@ -1,10 +1,22 @@
 // Umbrella header: everything public in antdt.
 #pragma once
 
+#include "antdt/checkpoint.hpp"
 #include "antdt/comm.hpp"
 #include "antdt/config.hpp"
+#include "antdt/controller.hpp"
+#include "antdt/data.hpp"
+#include "antdt/dds.hpp"
 #include "antdt/device.hpp"
+#include "antdt/emulation.hpp"
 #include "antdt/error.hpp"
 #include "antdt/launcher.hpp"
 #include "antdt/log.hpp"
+#include "antdt/model.hpp"
+#include "antdt/monitor.hpp"
+#include "antdt/plan.hpp"
+#include "antdt/planner.hpp"
+#include "antdt/reduce.hpp"
+#include "antdt/report.hpp"
 #include "antdt/runtime.hpp"
+#include "antdt/session.hpp"

@@ -1,6 +1,7 @@
 // Private: the step's small control collective. Every rank contributes a report of the same
 // size; the root sees all reports, decides a reply, and the reply reaches every rank.
-// Cost per step: one MPI_Gather and two MPI_Bcast (reply size, reply bytes), all small.
+// Cost per step: one MPI_Gather and two MPI_Bcast (reply header, reply bytes), all small.
+// If `decide` throws on the root, every rank throws (the error is the reply), none hangs.
 #pragma once
 
 #include <cstddef>

@@ -58,7 +58,7 @@ int cuda_device_count() noexcept {
   return count;
 }
 
-DeviceInfo select_device(int local_rank, DevicePreference preference) {
+DeviceInfo select_device([[maybe_unused]] int local_rank, DevicePreference preference) {
   DeviceInfo info;
   info.name = "host (BLAS sgemm";
   info.name += ANTDT_HAVE_KOKKOS ? " + Kokkos)" : ")";

@@ -38,7 +38,7 @@ void throw_hdf5_error(const char* call, const char* file, int line) {
     if (out->empty() && err && err->desc) *out = err->desc;
     return 0;
   };
-  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, walker, &detail);
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, walker, &detail);
   H5Eclear2(H5E_DEFAULT);
   throw FileError("HDF5 call failed: " + where(call, file, line) + (detail.empty() ? "" : ": " + detail));
 }

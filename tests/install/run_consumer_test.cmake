@@ -11,9 +11,10 @@ function(run)
 endfunction()
 run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix})
 run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/install/consumer -B ${WORK_DIR}/build -G ${CMAKE_GENERATOR}
-    -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release)
+    -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release
+    -DANTDT_EXAMPLE_SOURCE=${SOURCE_DIR}/apps/examples/least_squares.cpp)
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
-run(${MPIEXEC} -n 2 --oversubscribe --allow-run-as-root ${WORK_DIR}/build/antdt_consumer)
+run(${MPIEXEC} -n 3 --oversubscribe --allow-run-as-root ${WORK_DIR}/build/antdt_consumer 150 1,1,0.5)
 message("${LAST_OUT}")
 if(NOT LAST_OUT MATCHES "antdt consumer OK")
   message(FATAL_ERROR "the consumer did not report success")

@@ -1,0 +1,144 @@
+// Controller: pure policy (no MPI, no clock, no randomness). The Session runs it on rank 0
+// after every step with the gathered per-rank stats; a returned Plan is broadcast and every
+// rank applies it at plan.effective_step. The same stats history always gives the same
+// plans (invariant 5), so a restored controller continues exactly as one never stopped.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "antdt/monitor.hpp"
+#include "antdt/plan.hpp"
+#include "antdt/planner.hpp"
+
+namespace antdt {
+
+struct ControllerOptions {
+  std::string policy = "dd";          // a registered policy name: "static", "dd", or a plugin's
+  int world_size = 0;                 // 0 = the initial plan's (or, on restore, caps.size() or the saved one)
+  std::int64_t global_batch = 0;      // B; 0 = take it from the initial plan
+  std::vector<std::int64_t> caps;     // m_i per rank (or one for all); empty = the initial plan's
+  double min_gain = 0.05;             // dd: change only if the predicted step time drops by more
+  std::int64_t min_interval = 10;     // dd: at least this many steps between plan changes
+  std::int64_t warmup_steps = 3;      // stats of steps < warmup_steps are not recorded
+  int window = 20;                    // Monitor window (steps)
+  int persistence = 5;                // consecutive steps a condition must hold before it counts
+  double straggler_ratio = 0.85;      // slow: throughput < ratio * cluster median throughput
+  std::int64_t plan_lag = 0;          // extra steps between deciding and applying a plan
+  CostModelParams cost;
+};
+
+enum class RankClass { normal, leader, transient_straggler, persistent_straggler };
+[[nodiscard]] const char* rank_class_name(RankClass c) noexcept;
+
+// The Controller's view of one rank after the latest step. A rank is "slow" in a step when
+// its throughput that step is below straggler_ratio x the cluster reference (the median over
+// ranks of the window-median throughputs). slow_streak counts consecutive slow steps:
+// >= persistence: persistent straggler (a slower GPU or lasting contention); 1..persistence-1:
+// transient straggler; otherwise leader if its window median is >= reference / ratio, else normal.
+struct RankAssessment {
+  RankClass kind = RankClass::normal;
+  double throughput = 0.0;  // window median, samples/s
+  double relative = 1.0;    // throughput / reference
+  int slow_streak = 0;
+  std::string reason;
+};
+
+// What a policy sees. All references are valid for the duration of decide() only.
+struct ControllerContext {
+  std::int64_t step;                         // the step whose stats were just recorded
+  const Plan& plan;                          // the latest issued plan (maybe not yet effective)
+  const Monitor& monitor;
+  std::span<const RankAssessment> assessments;
+  const ControllerOptions& options;          // global_batch and caps are resolved (never 0/empty)
+  const CostModel& cost;
+  std::int64_t last_change_step;             // step at which the latest plan was decided; -1: none
+  [[nodiscard]] std::int64_t effective_step() const noexcept { return step + 1 + options.plan_lag; }
+};
+
+// A policy. decide() is called once per recorded step, in step order, on rank 0 only; it
+// returns a new plan or nothing. The Controller then fills effective_step and version,
+// recomputes accumulation from the caps, and checks the plan (sum b_i == B, sizes, b_i >= 0,
+// b_i >= 1 when B >= world); a plan with the same batches as the current one is ignored.
+// Policies must be deterministic. State that must survive a checkpoint goes through
+// save_state/load_state (default: stateless).
+class PolicyPlugin {
+ public:
+  virtual ~PolicyPlugin();
+  [[nodiscard]] virtual std::string name() const = 0;
+  [[nodiscard]] virtual std::optional<Plan> decide(const ControllerContext& context) = 0;
+  [[nodiscard]] virtual std::vector<std::byte> save_state() const { return {}; }
+  virtual void load_state(std::span<const std::byte> /*state*/) {}
+};
+
+using PolicyFactory = std::function<std::unique_ptr<PolicyPlugin>()>;
+
+// Adds (or replaces) a policy under `name`; "static" and "dd" are built in. Not thread-safe:
+// register before starting sessions. UsageError on an empty name or factory.
+void register_policy(const std::string& name, PolicyFactory factory);
+// A new instance of the named policy; UsageError listing the known names if none matches.
+[[nodiscard]] std::unique_ptr<PolicyPlugin> make_policy(const std::string& name);
+[[nodiscard]] std::vector<std::string> policy_names();  // sorted
+
+class Controller {
+ public:
+  // `initial` is the plan in force from its effective_step (equal_plan, initial_plan...). Its
+  // global batch and caps must agree with options (UsageError otherwise).
+  Controller(ControllerOptions options, Plan initial);
+
+  // Records the stats of `step` (one per rank), reassesses every rank and asks the policy.
+  // Returns the new plan when it changes (effective_step = step + 1 + plan_lag), else nothing.
+  std::optional<Plan> on_step(std::int64_t step, std::span<const RankStepStats> stats);
+
+  // Replaces the plan from outside the policy, e.g. after a fresh startup probe on restart;
+  // bumps the version, resets the change interval and is checked like any plan.
+  const Plan& install_plan(Plan plan, std::int64_t decided_at_step);
+
+  [[nodiscard]] const Plan& plan() const noexcept { return history_.back(); }
+  // The plan in force at `step` (the latest one with effective_step <= step).
+  [[nodiscard]] const Plan& plan_at(std::int64_t step) const;
+  [[nodiscard]] const std::vector<RankAssessment>& assessments() const noexcept { return assessments_; }
+  [[nodiscard]] const std::vector<Plan>& history() const noexcept { return history_; }
+  [[nodiscard]] const Monitor& monitor() const noexcept { return monitor_; }
+  [[nodiscard]] const ControllerOptions& options() const noexcept { return options_; }
+  [[nodiscard]] const CostModel& cost_model() const noexcept { return cost_; }
+  [[nodiscard]] std::string policy_name() const { return policy_->name(); }
+  // Cost-model prediction for plan() with the Monitor's current estimates (0 before any
+  // rank has timing); compare with monitor().step_seconds(), the measured one.
+  [[nodiscard]] double predicted_step_seconds() const;
+  [[nodiscard]] std::int64_t last_change_step() const noexcept { return last_change_step_; }
+
+  // Checkpoint form: options that shape behaviour are NOT stored (restore takes them), the
+  // plan history, monitor, streaks and policy state are.
+  [[nodiscard]] std::vector<std::byte> serialize() const;
+  // Restores onto options' world size (world_size, else caps.size() when it has more than one
+  // entry, else the saved one). Same world: continues exactly. Another world (elastic restart): the
+  // monitor restarts empty and the plan is an equal split of B for the new world with a new
+  // version; the Session may install_plan() a probed one. CheckpointError on bad bytes.
+  [[nodiscard]] static Controller restore(std::span<const std::byte> bytes, ControllerOptions options);
+
+ private:
+  struct Restored {};
+  Controller(Restored, ControllerOptions options, Monitor monitor);
+  void resolve_options(const Plan& reference);
+  void assess(std::int64_t step);
+  Plan checked(Plan plan) const;
+
+  ControllerOptions options_;
+  CostModel cost_;
+  Monitor monitor_;
+  std::unique_ptr<PolicyPlugin> policy_;
+  std::vector<Plan> history_;
+  std::vector<RankAssessment> assessments_;
+  std::vector<int> slow_streak_;
+  std::int64_t last_change_step_ = -1;
+  std::int64_t last_step_ = -1;
+};
+
+}  // namespace antdt

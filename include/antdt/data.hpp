@@ -1,0 +1,133 @@
+// Training data: N samples of D float32 features and one int32 class label each.
+// Readers take the sample indices the DDS hands out; indices come as runs of consecutive
+// values (one run per shard piece), which readers turn into contiguous reads.
+//
+// HDF5 layout (written by write_hdf5 and antdt-datagen, read by Hdf5Dataset):
+//   /features  N x D float32
+//   /labels    N     int32, with attribute "num_classes" (int32); labels lie in [0, num_classes)
+// The names of the two data sets are configurable (Hdf5Names).
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace antdt::data {
+
+class Dataset {
+ public:
+  Dataset() = default;
+  Dataset(const Dataset&) = delete;
+  Dataset& operator=(const Dataset&) = delete;
+  virtual ~Dataset() = default;
+
+  [[nodiscard]] virtual std::int64_t size() const = 0;
+  [[nodiscard]] virtual std::int64_t dim() const = 0;
+  [[nodiscard]] virtual std::int32_t num_classes() const = 0;
+  // Reads the given samples, in that order, into features (indices.size() * dim floats,
+  // row-major) and labels (indices.size()). Indices may repeat and come in any order.
+  // Throws UsageError for an index outside [0, size()), FileError for a failed read.
+  virtual void read(std::span<const std::int64_t> indices, float* features, std::int32_t* labels) = 0;
+
+ protected:
+  Dataset(Dataset&&) = default;
+  Dataset& operator=(Dataset&&) = default;
+};
+
+// A data set held in memory (owns its vectors).
+class InMemoryDataset final : public Dataset {
+ public:
+  // Throws UsageError if features.size() != labels.size() * dim, dim < 1, num_classes < 1
+  // or a label lies outside [0, num_classes).
+  InMemoryDataset(std::vector<float> features, std::vector<std::int32_t> labels, std::int64_t dim,
+                  std::int32_t num_classes);
+  InMemoryDataset(InMemoryDataset&&) = default;
+  InMemoryDataset& operator=(InMemoryDataset&&) = default;
+
+  [[nodiscard]] std::int64_t size() const override { return static_cast<std::int64_t>(labels_.size()); }
+  [[nodiscard]] std::int64_t dim() const override { return dim_; }
+  [[nodiscard]] std::int32_t num_classes() const override { return num_classes_; }
+  void read(std::span<const std::int64_t> indices, float* features, std::int32_t* labels) override;
+
+  [[nodiscard]] const std::vector<float>& features() const noexcept { return features_; }
+  [[nodiscard]] const std::vector<std::int32_t>& labels() const noexcept { return labels_; }
+
+ private:
+  std::vector<float> features_;
+  std::vector<std::int32_t> labels_;
+  std::int64_t dim_;
+  std::int32_t num_classes_;
+};
+
+// Gaussian clusters: class c has a centre drawn from N(0, separation^2) per dimension;
+// sample i has a uniformly drawn class and features centre + noise * N(0, 1). Learnable by
+// a linear model or an MLP when noise is small against the centre distances. Sample i
+// depends only on (seed, i), so any subset can be regenerated independently.
+struct SyntheticSpec {
+  std::int64_t samples = 0;
+  std::int64_t dim = 0;
+  std::int32_t classes = 0;
+  std::uint64_t seed = 0;
+  float noise = 1.0f;
+  float separation = 2.0f;
+};
+// Throws UsageError on samples < 1, dim < 1, classes < 1 or negative noise.
+[[nodiscard]] InMemoryDataset make_synthetic(const SyntheticSpec& spec);
+
+// independent: each rank opens the file on its own with the default (sec2) driver.
+// collective: the MPI-IO driver on a communicator; opening and closing are collective, the
+// reads themselves are independent transfers (ranks read different amounts each step, so
+// collective transfers would deadlock).
+enum class ReadMode { independent, collective };
+
+struct Hdf5Names {
+  std::string features = "features";
+  std::string labels = "labels";
+};
+
+// A data set in an HDF5 file, opened read-only: nothing in the file is ever modified.
+// The constructor validates the file and throws a one-line FileError naming the file, the
+// data set and what is wrong. Labels (4 bytes a sample) are read and validated once and
+// kept in memory; features are read on demand, one hyperslab per run of indices.
+// With ReadMode::collective, construction and destruction are collective over `comm`
+// (which must outlive the object); with independent, `comm` is ignored.
+class Hdf5Dataset final : public Dataset {
+ public:
+  explicit Hdf5Dataset(const std::string& path, Hdf5Names names = {}, ReadMode mode = ReadMode::independent,
+                       MPI_Comm comm = MPI_COMM_SELF);
+  ~Hdf5Dataset() override;
+
+  [[nodiscard]] std::int64_t size() const override { return size_; }
+  [[nodiscard]] std::int64_t dim() const override { return dim_; }
+  [[nodiscard]] std::int32_t num_classes() const override { return num_classes_; }
+  void read(std::span<const std::int64_t> indices, float* features, std::int32_t* labels) override;
+
+  [[nodiscard]] const std::string& path() const noexcept { return path_; }
+  [[nodiscard]] ReadMode mode() const noexcept { return mode_; }
+  // HDF5 read calls issued so far (for tests and the benchmark: runs must be coalesced).
+  [[nodiscard]] std::int64_t read_calls() const noexcept { return read_calls_; }
+
+ private:
+  struct Handles;
+  std::string path_;
+  Hdf5Names names_;
+  ReadMode mode_;
+  std::unique_ptr<Handles> h_;
+  std::vector<std::int32_t> labels_;
+  std::vector<float> staging_;
+  std::int64_t size_ = 0;
+  std::int64_t dim_ = 0;
+  std::int32_t num_classes_ = 0;
+  std::int64_t read_calls_ = 0;
+};
+
+// Writes `data` to `path` in the layout above (with the num_classes attribute), through a
+// temporary file renamed into place, so a crash never leaves a half-written file under
+// `path`. Throws FileError on failure.
+void write_hdf5(const std::string& path, const InMemoryDataset& data, Hdf5Names names = {});
+
+}  // namespace antdt::data

@@ -1,0 +1,70 @@
+// Straggler emulation for tests and benchmarks (ARCHITECTURE.md "Straggler emulation").
+// Each rank's Agent stretches its measured compute to what a device of the given relative
+// speed would take, by waiting (never spinning) the difference before it reports the time.
+// Reports must say when emulation is on: EmulationOptions::describe() is the line to print.
+//
+// Modes (combinable):
+//  - stretch:  --emulate-speed 1,1,1,0.33: compute takes measured / speed_i.
+//  - virtual device: virtual_seconds_per_sample c > 0: compute for b samples takes
+//    b * c / speed_i (or the measured time, if longer), so x_i = speed_i / c exactly.
+//  - transient: --emulate-transient P,FACTOR,STEPS: at every step a rank starts, with
+//    probability P, a slowdown by FACTOR that lasts STEPS steps. The draw is a pure hash of
+//    (seed, rank, step), so runs are reproducible and independent of call order.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace antdt {
+
+struct EmulationOptions {
+  std::vector<double> speeds;              // empty: 1 for all; one value: for all; else one per rank
+  double transient_probability = 0;        // per rank and step, in [0, 1]
+  double transient_factor = 1;             // compute time multiplier while slowed, >= 1
+  std::int64_t transient_steps = 0;        // duration of one slowdown
+  double virtual_seconds_per_sample = 0;   // c; 0 = stretch the measured compute instead
+  std::uint64_t seed = 0;
+
+  [[nodiscard]] bool active() const noexcept;
+  // One line, e.g. "emulation ON: speeds 1,1,1,0.33; transient p=0.1 x3 for 5 steps; seed 7"
+  // or "emulation off".
+  [[nodiscard]] std::string describe() const;
+};
+
+// "1,1,1,0.33" -> {1,1,1,0.33}. Every value finite and > 0. UsageError (one line) otherwise.
+[[nodiscard]] std::vector<double> parse_speeds(std::string_view text);
+// "0.1,3,5" -> probability 0.1, factor 3, 5 steps. P in [0,1], FACTOR >= 1, STEPS >= 1 integer.
+void parse_transient(std::string_view text, EmulationOptions& options);
+
+// One per rank (the Agent's). Cheap, const after construction, no clock or global state.
+class SpeedEmulator {
+ public:
+  // UsageError when speeds has neither 0, 1 nor world_size entries, or rank is out of range.
+  SpeedEmulator(const EmulationOptions& options, int rank, int world_size);
+
+  // What `samples` samples of compute at `step` should take, given that they took `measured`
+  // seconds for real: never less than measured. Without emulation returns measured.
+  [[nodiscard]] double target_compute_seconds(double measured, std::int64_t samples, std::int64_t step) const;
+  // Transient multiplier at `step`: transient_factor while a slowdown is active, else 1.
+  [[nodiscard]] double slowdown(std::int64_t step) const;
+  [[nodiscard]] bool emulated() const noexcept { return emulated_; }
+  [[nodiscard]] double speed() const noexcept { return speed_; }
+  // Virtual-device mode: the standalone throughput speed / c (samples/s), without
+  // transients; 0 in stretch mode (then it depends on the real hardware).
+  [[nodiscard]] double virtual_throughput() const noexcept;
+
+ private:
+  EmulationOptions options_;
+  int rank_;
+  double speed_ = 1.0;
+  bool emulated_ = false;
+};
+
+// Blocks the calling thread for `seconds` (<= 0: returns at once) by sleeping until a
+// steady-clock deadline, re-sleeping after early wake-ups; precision is the OS timer slack
+// (tens of microseconds on Linux).
+void wait_for(double seconds);
+
+}  // namespace antdt

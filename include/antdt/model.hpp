@@ -1,0 +1,112 @@
+// The trainable model antdt reduces gradients for: an MLP classifier (ReLU hidden layers,
+// softmax cross-entropy, SGD with momentum or Adam) on the host (BLAS + Kokkos) or on a CUDA
+// device (cuBLAS + CUDA kernels). docs/compute.md describes the maths and the invariants.
+//
+// Threading: a Model is used by one thread at a time. On CUDA every call is issued on the
+// model's own stream; accumulate/evaluate return after their results are on the host.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "antdt/device.hpp"
+
+namespace antdt {
+
+enum class OptimizerKind { sgd, adam };
+
+struct MlpConfig {
+  std::vector<std::int64_t> layers;  // {input_dim, hidden..., num_classes}; at least 2 entries, all >= 1
+  OptimizerKind optimizer = OptimizerKind::sgd;
+  // SGD: v = momentum*v + g; p -= lr*v (PyTorch's convention, no dampening).
+  // Adam: bias-corrected moments, p -= lr * m_hat / (sqrt(v_hat) + epsilon).
+  // weight_decay is L2 added to the mean gradient (g += weight_decay * p) for both.
+  float learning_rate = 0.05f, momentum = 0.9f, beta1 = 0.9f, beta2 = 0.999f, epsilon = 1e-8f, weight_decay = 0.0f;
+  std::uint64_t seed = 1;  // parameter init (same on every rank and backend: init on host, then copy)
+};
+
+// "sgd" | "adam"; UsageError otherwise.
+[[nodiscard]] OptimizerKind parse_optimizer(std::string_view text);
+// "32,64,64,10" -> {32,64,64,10}; UsageError for fewer than 2 entries, a non-positive or
+// non-numeric entry.
+[[nodiscard]] std::vector<std::int64_t> parse_layers(std::string_view text);
+
+struct BatchResult {
+  double loss_sum = 0;        // summed (not averaged) cross-entropy over the samples
+  std::int64_t correct = 0;   // samples whose arg-max class equals the label
+  std::int64_t samples = 0;
+  double device_seconds = 0;  // compute time: CUDA events on a GPU, wall clock on the host
+};
+
+// A model whose gradients antdt reduces. All pointers given to it are HOST pointers:
+// features are row-major [n][input_dim] floats, labels are class indices in [0, num_classes).
+//
+// Gradient buffer layout: gradient_count() = parameter_count() + 1 floats: the gradient SUMS
+// over every sample accumulated since zero_gradients(), then ONE slot with the number of
+// samples accumulated (exact in fp32 up to 2^24 samples per step). On CUDA the buffer is
+// device memory; on the host it is host memory. The reducer sums it across ranks in place;
+// apply_update() then divides by the summed count B (no-op when B == 0, the step counter
+// included) and runs the optimizer. apply_update does not clear the buffer.
+//
+// Parameter layout (parameters(), the gradient buffer, each optimizer-state block): for each
+// layer l in order, W_l row-major [out_l][in_l], then b_l [out_l].
+class Model {
+ public:
+  virtual ~Model() = default;
+  [[nodiscard]] virtual Backend backend() const = 0;
+  [[nodiscard]] virtual std::int64_t parameter_count() const = 0;
+  [[nodiscard]] virtual std::int64_t input_dim() const = 0;
+  [[nodiscard]] virtual std::int64_t num_classes() const = 0;
+  virtual void zero_gradients() = 0;
+  // Adds the gradient sums of n samples (n >= 0; 0 is a no-op) to the buffer.
+  virtual BatchResult accumulate(const float* features, const std::int32_t* labels, std::int64_t n) = 0;
+  // Forward only; touches no gradient.
+  virtual BatchResult evaluate(const float* features, const std::int32_t* labels, std::int64_t n) = 0;
+  [[nodiscard]] virtual float* gradient_buffer() = 0;
+  [[nodiscard]] virtual std::int64_t gradient_count() const = 0;
+  virtual void apply_update() = 0;
+  virtual void synchronize() = 0;  // wait for queued device work (host: no-op)
+  [[nodiscard]] virtual std::vector<float> parameters() const = 0;  // host copy, flat, fixed layer order
+  virtual void set_parameters(std::span<const float> values) = 0;  // UsageError on size mismatch
+  // SGD: the momentum buffer (parameter_count floats). Adam: first moments, then second
+  // moments (2 * parameter_count floats). set_optimizer_state: UsageError on size mismatch.
+  [[nodiscard]] virtual std::vector<float> optimizer_state() const = 0;
+  virtual void set_optimizer_state(std::span<const float> values) = 0;
+  [[nodiscard]] virtual std::int64_t optimizer_steps() const = 0;  // Adam's t; restored with set_optimizer_steps
+  virtual void set_optimizer_steps(std::int64_t steps) = 0;
+  [[nodiscard]] virtual std::int64_t bytes_per_sample() const = 0;  // activations+staging per sample in a micro-batch
+  [[nodiscard]] virtual std::int64_t fixed_bytes() const = 0;       // params, grads, optimizer state, workspace
+};
+
+// Host or CUDA by device.backend. Parameters are initialised on the host from config.seed
+// (He-uniform weights, zero biases) and copied, so every rank and backend starts equal.
+// UsageError for a bad config; DeviceError when CUDA is asked for but not built.
+[[nodiscard]] std::unique_ptr<Model> make_mlp(const MlpConfig& config, const DeviceInfo& device);
+
+// The host "free memory" when DeviceInfo::free_memory is 0 on a host device. A caller that
+// wants another host budget sets DeviceInfo::free_memory before calling micro_batch_cap.
+inline constexpr std::size_t kDefaultHostMemoryBudget = std::size_t{1} << 30;
+
+// Largest micro-batch that fits in `fraction` of free memory (device: DeviceInfo::free_memory;
+// host: free_memory when set, else kDefaultHostMemoryBudget) after fixed_bytes(), clamped to
+// [1, hard_max]. Reported at startup by the caller.
+[[nodiscard]] std::int64_t micro_batch_cap(const Model& model, const DeviceInfo& device, double fraction = 0.8,
+                                           std::int64_t hard_max = 1 << 20);
+
+// ceil(n / cap): the accumulation micro-steps a share of n samples needs (0 for n == 0).
+[[nodiscard]] std::int64_t micro_steps(std::int64_t n, std::int64_t cap);
+
+// Accumulates n samples in micro_steps(n, cap) consecutive micro-batches of at most `cap`
+// samples; the sums in the gradient buffer equal one accumulate() of all n up to float
+// summation order. Results are added up (device_seconds too).
+BatchResult accumulate_micro_batches(Model& model, const float* features, const std::int32_t* labels,
+                                     std::int64_t n, std::int64_t cap);
+
+// A host copy of the whole gradient buffer (sums + count slot), wherever it lives. Synchronises.
+[[nodiscard]] std::vector<float> gradient_snapshot(Model& model);
+
+}  // namespace antdt

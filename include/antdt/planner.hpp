@@ -1,0 +1,79 @@
+// Cost model and planner (after PaddlePaddle's adaptive training, arXiv 2112.02752): predict
+// a step's time from per-rank throughputs and an alpha-beta allreduce, and choose the split
+// of a fixed global batch with the lowest predicted time. Pure functions: no MPI, no clock.
+// Rank 0 (Controller, Session) calls them; any rank may.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "antdt/plan.hpp"
+
+namespace antdt {
+
+// alpha: latency of one allreduce (s); beta: seconds per byte on the slowest link (1/bandwidth);
+// gradient_bytes: bytes reduced per step (0: the allreduce costs its latency alpha only).
+struct CostModelParams {
+  double alpha = 20e-6;
+  double beta = 1.0 / 5e9;
+  std::int64_t gradient_bytes = 0;
+};
+
+// Predicted step time = max_i (a_i + b_i / x_i) + allreduce(p), where x_i is rank i's compute
+// throughput (samples/s), a_i its fixed per-step overhead (s, e.g. data wait), b_i its batch,
+// and allreduce(p) = alpha + 2(p-1)/p * bytes * beta (ring allreduce; 0 when p == 1).
+// Waiting of the faster ranks for the slowest is the "bubble" the planner minimises.
+class CostModel {
+ public:
+  CostModel() = default;
+  explicit CostModel(CostModelParams params) : params_(params) {}
+
+  [[nodiscard]] const CostModelParams& params() const noexcept { return params_; }
+  [[nodiscard]] double allreduce_seconds(int p) const noexcept;
+  // a + b / x for one rank; a rank with b == 0 costs nothing, b > 0 with x <= 0 is infinite.
+  [[nodiscard]] static double rank_compute_seconds(std::int64_t b, double x, double overhead) noexcept;
+  // Per-rank predicted compute (+overhead) seconds of `plan`. `overhead` may be empty (all 0).
+  // Throws UsageError when x (or a non-empty overhead) does not have one entry per rank.
+  [[nodiscard]] std::vector<double> predict_rank_seconds(const Plan& plan, std::span<const double> x,
+                                                         std::span<const double> overhead = {}) const;
+  [[nodiscard]] double predict_step_seconds(const Plan& plan, std::span<const double> x,
+                                            std::span<const double> overhead = {}) const;
+
+ private:
+  CostModelParams params_{};
+};
+
+// The split of `global_batch` over ranks with the lowest predicted max_i(a_i + b_i/x_i):
+// continuous water-filling (b_i = (T - a_i) x_i; with no overhead simply b_i = B x_i / sum x),
+// rounded by largest remainder (ties to the lower rank) so sum b_i == B exactly, every
+// b_i >= 1 when B >= world size, then improved by moving single samples off the slowest rank
+// while that lowers the predicted max (the result is the integer optimum). caps are the
+// per-rank micro-batch caps m_i (one value for all ranks, or one per rank); accumulation
+// k_i = ceil(b_i / m_i). Deterministic. Throws UsageError on B < 1, empty x, x_i not finite
+// or <= 0, or mismatched sizes.
+[[nodiscard]] Plan plan_split(std::int64_t global_batch, std::span<const double> x,
+                              std::span<const std::int64_t> caps, std::int64_t effective_step,
+                              std::span<const double> overhead = {});
+
+// Rough relative training throughput of a GPU generation, A100 (sm_80) = 1.0. A name match
+// ("H200", "L40", "T4"...) wins over the compute capability (90 for sm_90). Returns 0 for
+// unknown devices and the host. These are priors for the first split only, never a
+// substitute for measurement: docs/controller.md lists the numbers and their basis.
+[[nodiscard]] double gpu_relative_throughput(int compute_capability, std::string_view name = {}) noexcept;
+
+// Throughput (samples/s) from a startup probe: the median over the probe's micro-steps of
+// samples / compute_seconds, ignoring entries with no samples or no time; 0 if none usable.
+[[nodiscard]] double probe_throughput(std::span<const RankStepStats> probe) noexcept;
+
+// The first plan of a job. probe_x[i] is rank i's probed throughput (0 = not probed).
+// priors[i] (optional; e.g. gpu_relative_throughput) fill in unprobed ranks, scaled to
+// samples/s by the median probe/prior ratio of ranks that have both; with no probe at all
+// the priors alone give the split; a rank with neither gets the median of the others, and
+// with no information at all the split is equal. The reason names what was used.
+[[nodiscard]] Plan initial_plan(std::int64_t global_batch, std::span<const double> probe_x,
+                                std::span<const std::int64_t> caps, std::span<const double> priors = {},
+                                std::int64_t effective_step = 0);
+
+}  // namespace antdt

@@ -1,0 +1,46 @@
+// Exact weighted gradient reduction. Each rank's Model buffer holds gradient SUMS plus one
+// sample-count slot (include/antdt/model.hpp); summing the whole buffer across ranks gives the
+// global sums and the global count B in one collective, so apply_update() can divide by B
+// and the update is (1/B) * sum over all used samples, whatever the split (a rank with zero
+// samples joins with zeros).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "antdt/comm.hpp"
+#include "antdt/device.hpp"
+
+namespace antdt {
+
+// Sums a float buffer across all ranks of the communicator, in place. Collective; every rank
+// passes the same count. The caller finishes writing the buffer first (Model::synchronize()).
+// The communicator is not owned and must outlive the reducer.
+class GradientReducer {
+ public:
+  virtual ~GradientReducer() = default;
+  [[nodiscard]] virtual std::string_view name() const = 0;  // "mpi" or "nccl"
+  // buffer: host memory for a host device; device memory for a CUDA device (NCCL directly,
+  // or MPI staged through pinned host memory). Returns when the result is in `buffer`.
+  virtual void allreduce_sum(float* buffer, std::int64_t count) = 0;
+};
+
+// One entry of the ordered backend list make_reducer walks: the first enabled one wins.
+struct ReducerCandidate {
+  std::string name;    // "nccl", "mpi"
+  bool enabled = false;
+  std::string reason;  // why it is (not) usable, for the startup report
+};
+
+// Collective over comm: every rank evaluates the same list and agrees on each entry (an entry
+// is enabled only where it is usable on every rank, e.g. NCCL needs a distinct GPU per rank).
+[[nodiscard]] std::vector<ReducerCandidate> reducer_candidates(const Communicator& comm, const DeviceInfo& device);
+
+// NCCL when the model is on CUDA and NCCL is built and usable on every rank, otherwise MPI
+// (device buffers staged through host). Collective over comm; logs the choice on rank 0.
+[[nodiscard]] std::unique_ptr<GradientReducer> make_reducer(const Communicator& comm, const DeviceInfo& device);
+
+}  // namespace antdt

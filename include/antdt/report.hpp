@@ -1,0 +1,72 @@
+// Observability: the end-of-run summary (human and JSON), per-step metrics (CSV or JSONL),
+// and a Chrome-trace timeline (open in Perfetto or chrome://tracing). All of it is built on
+// rank 0 from the step records the Session keeps there; writing is local to rank 0.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "antdt/controller.hpp"
+#include "antdt/plan.hpp"
+#include "antdt/session.hpp"
+
+namespace antdt {
+
+struct RunSummary {
+  int ranks = 0;
+  std::string policy;
+  std::string backend;                      // "host" or "cuda"
+  std::string job_id;                       // Slurm job id, "" outside Slurm
+  bool emulated = false;
+  std::string emulation;                    // EmulationOptions::describe()
+  std::vector<double> emulated_speeds;
+  std::int64_t steps = 0;
+  std::int64_t samples = 0;                 // committed samples
+  std::int64_t epochs_completed = 0;
+  double wall_seconds = 0.0;                // training loop only
+  double throughput = 0.0;                  // samples / wall_seconds
+  std::vector<double> rank_throughput;      // x_i: standalone samples per compute-second
+  double ideal_throughput = 0.0;            // sum of x_i
+  double efficiency = 0.0;                  // throughput / ideal_throughput
+  double idle_fraction = 0.0;               // mean over steps of 1 - mean(t_i)/max(t_i)
+  double data_wait_fraction = 0.0;          // data wait / step time, mean over ranks and steps
+  double predicted_step_seconds = 0.0;      // cost model, last plan
+  double measured_step_seconds = 0.0;       // median wall step time
+  std::int64_t plan_changes = 0;
+  std::vector<std::int64_t> final_split;
+  std::int64_t duplicated_samples = 0;
+  std::int64_t missing_samples = 0;
+  double final_loss = 0.0;                  // mean training loss over the last step(s)
+  std::optional<double> eval_loss;
+  std::optional<double> eval_accuracy;
+  std::string parameter_checksum;           // FNV-1a 64 of the final parameters (hex)
+  std::vector<RankAssessment> assessments;
+  std::vector<Plan> plans;
+  std::vector<EpochCoverageReport> coverage;
+};
+
+// Fills the session-derived fields of `summary` (rank 0 only; elsewhere returns it unchanged).
+void summarize_session(const Session& session, RunSummary& summary);
+
+[[nodiscard]] std::string summary_json(const RunSummary& summary);
+[[nodiscard]] std::string summary_text(const RunSummary& summary);
+
+enum class MetricsFormat { csv, jsonl };
+// csv when the path ends in .csv, jsonl otherwise.
+[[nodiscard]] MetricsFormat metrics_format_for(const std::string& path);
+// One row per step and rank: step, rank, samples, micro_steps, compute/data/reduce/idle seconds,
+// wall seconds, plan version, batch share, predicted step seconds.
+void write_metrics(const std::string& path, const std::vector<StepRecord>& records, MetricsFormat format);
+// Chrome trace: one track per rank with data, compute, idle and reduce spans for every step,
+// and instant events for plan changes.
+void write_timeline(const std::string& path, const std::vector<StepRecord>& records, const std::vector<Plan>& plans);
+
+// FNV-1a 64-bit hash of raw bytes, as 16 hex digits.
+[[nodiscard]] std::string fnv1a_hex(const void* data, std::size_t bytes);
+
+// Replaces "%j" in `path` with the job id (or "local" when there is none).
+[[nodiscard]] std::string expand_job_id(const std::string& path, const std::string& job_id);
+
+}  // namespace antdt

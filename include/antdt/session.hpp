@@ -1,0 +1,168 @@
+// antdt::Session: the per-rank object a training loop talks to. It owns antdt's duplicate
+// of the user's communicator, the data sharding (rank 0 hosts the authoritative ledger),
+// the Monitor and Controller (rank 0), and this rank's Agent (plan application, timing,
+// straggler emulation).
+//
+// Every call below is COLLECTIVE over the communicator unless it says otherwise: all ranks
+// call it, in the same order. One step looks like this on every rank:
+//
+//   antdt::Session session(MPI_COMM_WORLD, options);
+//   while (!session.finished()) {
+//     antdt::StepWork work = session.begin_step();        // local: my sample indices + micro-batches
+//     load(work.samples);  session.mark_data_ready();     // local (optional mark)
+//     for (auto m : work.micro_batches) accumulate gradient SUMS over m samples;
+//     session.mark_compute_done();                         // local (optional; CUDA users may pass event time)
+//     session.reduce(grads, work.samples.size());          // collective: (1/B) * sum over ranks
+//     apply the update;
+//     session.end_step(loss_sum);                          // collective: stats, commit, next plan/grants
+//   }
+//
+// Samples handed out in a step are committed (marked trained-on, exactly once per epoch) only
+// in end_step, after the reduction. The user's communicator is duplicated, never modified.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <mpi.h>
+
+#include "antdt/comm.hpp"
+#include "antdt/controller.hpp"
+#include "antdt/device.hpp"
+#include "antdt/emulation.hpp"
+#include "antdt/plan.hpp"
+
+namespace antdt {
+
+class GradientReducer;
+class CheckpointWriter;
+class CheckpointReader;
+
+struct SessionOptions {
+  std::int64_t dataset_size = 0;        // N samples, indices [0, N)
+  std::int64_t global_batch = 0;        // B samples per step across all ranks
+  std::int64_t micro_batch_cap = 0;     // this rank's m_i (most samples per micro-step); 0 = global_batch
+  std::int64_t shard_size = 0;          // DDS shard length; 0 = about 10 micro-batches
+  std::uint64_t seed = 0;               // data order (shard shuffle) seed
+  bool shuffle_shards = true;
+  bool shuffle_within_shard = false;
+  std::int64_t max_epochs = 0;          // 0 = unlimited (stop by steps)
+  std::int64_t max_steps = 0;           // 0 = unlimited (stop by epochs)
+  int prefetch_steps = 2;               // shards are granted this many steps ahead
+  ControllerOptions controller;         // policy, hysteresis, windows (global_batch/caps are filled in)
+  EmulationOptions emulation;           // straggler emulation (tests, benchmarks)
+  std::int64_t gradient_bytes = 0;      // size of the reduced buffer, for the cost model
+};
+
+// This rank's work for one step.
+struct StepWork {
+  std::int64_t step = 0;                        // 0-based global step
+  std::int64_t epoch = 0;                       // lowest epoch not yet complete (informational)
+  std::vector<std::int64_t> samples;            // sample indices, in order
+  std::vector<std::int64_t> micro_batches;      // sizes of the accumulation micro-steps; sum == samples.size()
+  std::int64_t plan_version = 0;
+};
+
+// What end_step learned about the whole step (identical on every rank).
+struct StepSummary {
+  std::int64_t step = 0;
+  std::int64_t samples = 0;                     // B actually used across all ranks
+  double loss_sum = 0.0;                        // sum over ranks of what each passed to end_step
+  std::int64_t correct = 0;
+  double max_compute_seconds = 0.0;
+  bool plan_changed = false;                    // a new plan was issued (it applies at its effective_step)
+  std::int64_t completed_epochs = 0;            // epochs completed so far
+  double step_seconds = 0.0;                    // wall time of this step on this rank
+};
+
+// Per completed epoch: samples committed, missing and duplicated (both must be 0).
+struct EpochCoverageReport {
+  std::int64_t epoch = 0, committed = 0, missing = 0, duplicated = 0;
+};
+
+// Per-step record kept on rank 0 for reports, metrics and the timeline.
+struct StepRecord {
+  std::int64_t step = 0;
+  double start_seconds = 0.0;                   // rank 0's clock, relative to session start
+  double wall_seconds = 0.0;
+  std::vector<RankStepStats> ranks;
+  std::vector<std::int64_t> batch;              // plan in force
+  std::int64_t plan_version = 0;
+  double predicted_seconds = 0.0;               // cost model's prediction for this plan
+  double loss_sum = 0.0;
+};
+
+class Session {
+ public:
+  // Collective. Validates options (UsageError), duplicates `comm`, builds the rank-0 state.
+  Session(MPI_Comm comm, SessionOptions options);
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // Collective, optional, before the first step: times `micro_step(n)` (which must run one
+  // micro-step of n samples and return only when its compute is finished) a few times on
+  // every rank and lets the planner start from the best predicted split instead of equal
+  // batches. Emulated speeds apply. Returns this rank's measured samples/s.
+  double probe(const std::function<void(std::int64_t)>& micro_step, int repetitions = 3);
+
+  // Local. Applies a plan whose effective step has come, and hands out this rank's samples.
+  // The first call is collective (initial shard grants).
+  StepWork begin_step();
+  // Local, optional: marks the end of data loading for this step.
+  void mark_data_ready();
+  // Local, optional: marks local gradients ready (before any sync). `measured_seconds` >= 0
+  // overrides the host clock (e.g. CUDA event time). Applies the speed emulation (waits).
+  void mark_compute_done(double measured_seconds = -1.0);
+
+  // Collective, the fused fast path of the built-in model: sums `buffer` (count floats,
+  // host or device memory matching `reducer`) over ranks in place. Its LAST element carries
+  // the sample count, so after the call it holds B and the caller divides (antdt::Model's
+  // apply_update does). One reduction carries gradients and count together.
+  void reduce_sums(float* buffer, std::int64_t count, GradientReducer& reducer);
+  // Collective convenience for host buffers without a count slot: sums `gradient_sums` over
+  // ranks and divides by the global sample count, which it returns.
+  std::int64_t reduce(std::span<float> gradient_sums, std::int64_t local_samples);
+
+  // Collective. Reports stats, commits this step's samples, receives the next plan and grants.
+  StepSummary end_step(double loss_sum = 0.0, std::int64_t correct = 0);
+
+  // True once max_steps are done or every epoch of max_epochs is committed (same on all ranks).
+  [[nodiscard]] bool finished() const noexcept;
+
+  // Checkpoint: rank 0 writes the library's state (ledger, controller, plan, step, seeds)
+  // under "antdt/" in `writer`; other ranks write nothing. Call after end_step.
+  void save(CheckpointWriter& writer) const;
+  // Collective: rank 0 reads "antdt/" from `reader` (which may come from another world
+  // size: the ledger returns uncommitted tails to TODO and the controller re-plans) and
+  // every rank resumes at the saved step. `reader` is only dereferenced on rank 0.
+  void restore(const CheckpointReader* reader);
+
+  [[nodiscard]] const Communicator& comm() const noexcept;
+  [[nodiscard]] int rank() const noexcept;
+  [[nodiscard]] int size() const noexcept;
+  [[nodiscard]] std::int64_t step() const noexcept;        // the next step to run
+  [[nodiscard]] const Plan& plan() const noexcept;         // plan in force
+  [[nodiscard]] const std::vector<Plan>& plan_history() const noexcept;  // rank 0; others: applied plans
+  [[nodiscard]] const SessionOptions& options() const noexcept;
+  [[nodiscard]] bool emulated() const noexcept;
+
+  // Rank 0 only (empty elsewhere): records, coverage, throughput estimates.
+  [[nodiscard]] const std::vector<StepRecord>& records() const noexcept;
+  [[nodiscard]] std::vector<EpochCoverageReport> coverage() const;
+  [[nodiscard]] std::vector<double> rank_throughput() const;   // x_i: median samples per compute-second
+  [[nodiscard]] std::vector<RankAssessment> assessments() const;
+  [[nodiscard]] std::int64_t samples_committed() const noexcept;
+  [[nodiscard]] double elapsed_seconds() const noexcept;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace antdt

@@ -1,0 +1,39 @@
+// Launchers for the MLP's element-wise CUDA kernels (kernels/cuda/mlp_kernels.cu). Plain C++
+// declarations so the model itself (mlp_cuda.cpp) is compiled by the host compiler with full
+// warnings; only this small file goes through nvcc. Every launcher enqueues on `stream` and
+// returns the launch error (cudaSuccess when queued).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace antdt::cuda {
+
+// z[i][j] += b[j] for n rows of `width`; then ReLU when relu.
+cudaError_t bias_activation(cudaStream_t stream, float* z, const float* b, std::int64_t n, std::int64_t width, bool relu);
+
+// Softmax cross-entropy per row of logits [n][classes]. Adds the summed loss to *loss_sum and
+// the number of arg-max hits to *correct (both device scalars, zeroed by the caller). When
+// write_gradient, the logits are replaced by softmax - onehot.
+cudaError_t softmax_cross_entropy(cudaStream_t stream, float* logits, const std::int32_t* labels, std::int64_t n,
+                                  std::int64_t classes, bool write_gradient, double* loss_sum,
+                                  unsigned long long* correct);
+
+// delta[i] = activation[i] > 0 ? delta[i] : 0
+cudaError_t relu_mask(cudaStream_t stream, float* delta, const float* activation, std::int64_t count);
+
+// *slot += value (the gradient buffer's sample-count slot).
+cudaError_t add_to_scalar(cudaStream_t stream, float* slot, float value);
+
+// x[i] = value
+cudaError_t fill(cudaStream_t stream, float* x, float value, std::int64_t count);
+
+// The optimizers of include/antdt/model.hpp, on the mean gradient g*inv_count + wd*p.
+cudaError_t sgd_step(cudaStream_t stream, float* p, float* momentum, const float* grad_sum, std::int64_t count,
+                     float inv_count, float lr, float mu, float wd);
+cudaError_t adam_step(cudaStream_t stream, float* p, float* m, float* v, const float* grad_sum, std::int64_t count,
+                      float inv_count, float lr, float beta1, float beta2, float eps, float wd, float bias_correction1,
+                      float bias_correction2);
+
+}  // namespace antdt::cuda

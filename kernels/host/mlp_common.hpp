@@ -1,0 +1,56 @@
+// Backend-independent parts of the MLP: configuration checks, the flat parameter layout,
+// deterministic initialisation, and the bridge to the CUDA backend. Private to libantdt.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "antdt/device.hpp"
+#include "antdt/model.hpp"
+
+namespace antdt::detail {
+
+// Layer l maps in -> out. Its weights W_l (row-major [out][in]) start at weight_offset and
+// its bias (out floats) at bias_offset = weight_offset + out*in, in the flat parameter vector.
+struct LayerShape {
+  std::int64_t in = 0;
+  std::int64_t out = 0;
+  std::int64_t weight_offset = 0;
+  std::int64_t bias_offset = 0;
+};
+
+struct MlpLayout {
+  std::vector<LayerShape> layers;
+  std::int64_t parameter_count = 0;
+  std::int64_t max_width = 0;      // widest of all layer inputs and outputs
+  std::int64_t activation_floats = 0;  // sum of out_l: one sample's stored activations
+
+  [[nodiscard]] std::int64_t input_dim() const { return layers.front().in; }
+  [[nodiscard]] std::int64_t num_classes() const { return layers.back().out; }
+};
+
+// Validates the config (UsageError with the reason) and lays out the parameters.
+[[nodiscard]] MlpLayout make_layout(const MlpConfig& config);
+
+// He-uniform weights U(-sqrt(6/in), sqrt(6/in)) and zero biases, from a SplitMix64 stream seeded
+// with `seed`: bit-identical on every rank, compiler and backend (no std:: distributions, whose
+// output is implementation-defined).
+[[nodiscard]] std::vector<float> initial_parameters(const MlpLayout& layout, std::uint64_t seed);
+
+// Floats of optimizer state: P for SGD momentum, 2P for Adam's moments.
+[[nodiscard]] std::int64_t optimizer_state_size(OptimizerKind kind, std::int64_t parameter_count);
+
+// Throws UsageError naming the first label outside [0, classes).
+void check_labels(const std::int32_t* labels, std::int64_t n, std::int64_t classes);
+
+[[nodiscard]] std::unique_ptr<Model> make_host_mlp(const MlpConfig& config);
+
+// Defined by kernels/cuda in CUDA builds; by kernels/host/cuda_absent.cpp otherwise (where
+// make_cuda_mlp throws DeviceError and the copies are never reached: no buffer is on a device).
+[[nodiscard]] std::unique_ptr<Model> make_cuda_mlp(const MlpConfig& config, const DeviceInfo& device);
+void copy_device_to_host(void* host_dst, const void* device_src, std::size_t bytes);
+void copy_host_to_device(void* device_dst, const void* host_src, std::size_t bytes);
+
+}  // namespace antdt::detail

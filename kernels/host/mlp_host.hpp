@@ -1,0 +1,67 @@
+// The host MLP backend: GEMMs through cblas_sgemm/sgemv (OpenBLAS), element-wise work
+// (bias+ReLU, softmax cross-entropy, ReLU mask, optimizer) through Kokkos on
+// DefaultHostExecutionSpace, or plain loops when Kokkos is not built or not initialised.
+// Private to libantdt; exposed here for the reduction benchmark's overlap hook.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "antdt/model.hpp"
+#include "host/mlp_common.hpp"
+
+namespace antdt::detail {
+
+class HostMlp final : public Model {
+ public:
+  explicit HostMlp(const MlpConfig& config);
+
+  [[nodiscard]] Backend backend() const override { return Backend::host; }
+  [[nodiscard]] std::int64_t parameter_count() const override { return layout_.parameter_count; }
+  [[nodiscard]] std::int64_t input_dim() const override { return layout_.input_dim(); }
+  [[nodiscard]] std::int64_t num_classes() const override { return layout_.num_classes(); }
+  void zero_gradients() override;
+  BatchResult accumulate(const float* features, const std::int32_t* labels, std::int64_t n) override;
+  BatchResult evaluate(const float* features, const std::int32_t* labels, std::int64_t n) override;
+  [[nodiscard]] float* gradient_buffer() override { return gradients_.data(); }
+  [[nodiscard]] std::int64_t gradient_count() const override { return layout_.parameter_count + 1; }
+  void apply_update() override;
+  void synchronize() override {}
+  [[nodiscard]] std::vector<float> parameters() const override { return parameters_; }
+  void set_parameters(std::span<const float> values) override;
+  [[nodiscard]] std::vector<float> optimizer_state() const override { return state_; }
+  void set_optimizer_state(std::span<const float> values) override;
+  [[nodiscard]] std::int64_t optimizer_steps() const override { return steps_; }
+  void set_optimizer_steps(std::int64_t steps) override;
+  [[nodiscard]] std::int64_t bytes_per_sample() const override;
+  [[nodiscard]] std::int64_t fixed_bytes() const override;
+
+  // Called during accumulate() as soon as layer l's gradient sums are final, last layer
+  // first, with the [offset, offset+count) range of the gradient buffer it covers. Used to
+  // start a bucket's reduction while earlier layers are still in backward.
+  using LayerDoneHook = std::function<void(std::int64_t offset, std::int64_t count)>;
+  void set_layer_done_hook(LayerDoneHook hook) { layer_done_ = std::move(hook); }
+
+ private:
+  // Runs the forward pass for n samples; returns loss/correct and leaves dLoss/dlogits in
+  // the last activation buffer when want_gradient.
+  BatchResult forward(const float* features, const std::int32_t* labels, std::int64_t n, bool want_gradient);
+  void reserve(std::int64_t n);
+
+  MlpConfig config_;
+  MlpLayout layout_;
+  std::vector<float> parameters_;
+  std::vector<float> gradients_;            // P sums + count slot
+  std::vector<float> state_;                // momentum, or Adam m then v
+  std::int64_t steps_ = 0;
+  std::int64_t capacity_ = 0;               // samples the activation buffers hold
+  std::vector<std::vector<float>> activations_;  // per layer output [n][out]
+  std::vector<float> delta_a_, delta_b_;    // backward ping-pong, [n][max_width]
+  std::vector<float> ones_;                 // [capacity]: bias gradients as a GEMV
+  std::vector<std::int32_t> row_correct_;   // [capacity]
+  LayerDoneHook layer_done_;
+};
+
+}  // namespace antdt::detail

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# A private single-node Slurm on localhost (slurmctld + slurmd + munge) for tests and demos.
+#   local-slurm.sh start DIR    -> prints "export SLURM_CONF=DIR/slurm.conf"
+#   local-slurm.sh stop DIR
+# Everything (config, state, logs, munge key and socket) lives under DIR.
+set -euo pipefail
+cmd=${1:?start|stop}
+D=$(mkdir -p "${2:?directory}" && cd "$2" && pwd)
+export SLURM_CONF=$D/slurm.conf
+stop_pid() {
+  local f=$1
+  [ -f "$f" ] || return 0
+  local pid; pid=$(cat "$f" 2>/dev/null || true)
+  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null || true
+  fi
+  rm -f "$f"
+}
+case $cmd in
+start)
+  mkdir -p "$D"/{state,spool,log,run,munge,tmp}
+  cpus=${ANTDT_SLURM_CPUS:-8}
+  cat > "$D/slurm.conf" <<CONF
+ClusterName=antdt-test
+SlurmctldHost=localhost
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$D/munge/munge.socket
+SlurmctldPort=${ANTDT_SLURMCTLD_PORT:-6817}
+SlurmdPort=${ANTDT_SLURMD_PORT:-6818}
+StateSaveLocation=$D/state
+SlurmdSpoolDir=$D/spool/%n
+TmpFS=$D/tmp
+SlurmctldPidFile=$D/run/slurmctld.pid
+SlurmdPidFile=$D/run/slurmd-%n.pid
+SlurmctldLogFile=$D/log/slurmctld.log
+SlurmdLogFile=$D/log/slurmd-%n.log
+MailProg=/bin/true
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+MpiDefault=pmix
+ReturnToService=2
+EnforcePartLimits=ALL
+SlurmdParameters=config_overrides
+InactiveLimit=0
+KillWait=5
+MinJobAge=60
+Waittime=0
+NodeName=localhost NodeAddr=127.0.0.1 CPUs=$cpus Boards=1 SocketsPerBoard=1 CoresPerSocket=$cpus ThreadsPerCore=1 RealMemory=16000 State=UNKNOWN
+PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
+CONF
+  mungekey --create --keyfile="$D/munge/munge.key" --force >/dev/null 2>&1
+  chmod 600 "$D/munge/munge.key"
+  munged --socket="$D/munge/munge.socket" --key-file="$D/munge/munge.key" --log-file="$D/log/munged.log" \
+         --pid-file="$D/run/munged.pid" --seed-file="$D/munge/munged.seed"
+  slurmctld -f "$SLURM_CONF"
+  slurmd -f "$SLURM_CONF" -N localhost
+  for _ in $(seq 200); do
+    if scontrol ping 2>/dev/null | grep -q UP && [ "$(sinfo -h -o %T 2>/dev/null)" = idle ]; then
+      echo "export SLURM_CONF=$SLURM_CONF"
+      exit 0
+    fi
+    sleep 0.1
+  done
+  echo "local-slurm: Slurm did not come up; logs in $D/log" >&2
+  exit 1
+  ;;
+stop)
+  stop_pid "$D/run/slurmd-localhost.pid"
+  stop_pid "$D/run/slurmctld.pid"
+  stop_pid "$D/run/munged.pid"
+  ;;
+*) echo "usage: $0 start|stop DIR" >&2; exit 2 ;;
+esac

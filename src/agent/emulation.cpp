@@ -1,0 +1,156 @@
+// Straggler emulation (see include/antdt/emulation.hpp). Transient slowdowns: a rank is slowed
+// at step s when a slowdown started at any step in (s - STEPS, s]; a start at step t happens
+// when counter_uniform(seed, rank, t) < P. Pure in (seed, rank, step), hence reproducible.
+#include "antdt/emulation.hpp"
+
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <sstream>
+#include <thread>
+
+#include "agent/counter_rng.hpp"
+#include "antdt/error.hpp"
+
+namespace antdt {
+
+namespace {
+
+constexpr std::uint64_t kTransientStream = 0x7472616e73ULL;  // "trans"
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+std::vector<std::string_view> split_commas(std::string_view text) {
+  std::vector<std::string_view> parts;
+  for (;;) {
+    const auto comma = text.find(',');
+    parts.push_back(trim(text.substr(0, comma)));
+    if (comma == std::string_view::npos) break;
+    text.remove_prefix(comma + 1);
+  }
+  return parts;
+}
+
+double parse_double(std::string_view token, std::string_view what, std::string_view whole) {
+  double value = 0.0;
+  const auto [end, ec] = std::from_chars(token.data(), token.data() + token.size(), value);
+  if (token.empty() || ec != std::errc() || end != token.data() + token.size() || !std::isfinite(value)) {
+    throw UsageError(std::string(what) + ": '" + std::string(token) + "' in '" + std::string(whole) + "' is not a finite number");
+  }
+  return value;
+}
+
+}  // namespace
+
+bool EmulationOptions::active() const noexcept {
+  bool slowed = false;
+  for (const double s : speeds) slowed = slowed || s != 1.0;
+  const bool transient = transient_probability > 0.0 && transient_factor != 1.0 && transient_steps > 0;
+  return slowed || transient || virtual_seconds_per_sample > 0.0;
+}
+
+std::string EmulationOptions::describe() const {
+  if (!active()) return "emulation off";
+  std::ostringstream out;
+  out << "emulation ON:";
+  const char* sep = " ";
+  if (!speeds.empty()) {
+    out << sep << "speeds ";
+    for (std::size_t i = 0; i < speeds.size(); ++i) out << (i ? "," : "") << speeds[i];
+    sep = "; ";
+  }
+  if (transient_probability > 0.0 && transient_steps > 0) {
+    out << sep << "transient p=" << transient_probability << " x" << transient_factor << " for " << transient_steps << " steps";
+    sep = "; ";
+  }
+  if (virtual_seconds_per_sample > 0.0) {
+    out << sep << "virtual device " << virtual_seconds_per_sample << " s/sample at speed 1";
+    sep = "; ";
+  }
+  out << sep << "seed " << seed;
+  return out.str();
+}
+
+std::vector<double> parse_speeds(std::string_view text) {
+  if (trim(text).empty()) throw UsageError("--emulate-speed: empty list; give relative speeds like 1,1,1,0.33");
+  std::vector<double> speeds;
+  for (const auto token : split_commas(text)) {
+    const double v = parse_double(token, "--emulate-speed", text);
+    if (!(v > 0.0)) throw UsageError("--emulate-speed: speed " + std::string(token) + " must be > 0 (1 = full speed)");
+    speeds.push_back(v);
+  }
+  return speeds;
+}
+
+void parse_transient(std::string_view text, EmulationOptions& options) {
+  const auto parts = split_commas(text);
+  if (parts.size() != 3) {
+    throw UsageError("--emulate-transient: expected P,FACTOR,STEPS (e.g. 0.1,3,5), got '" + std::string(text) + "'");
+  }
+  const double p = parse_double(parts[0], "--emulate-transient probability", text);
+  const double factor = parse_double(parts[1], "--emulate-transient factor", text);
+  const double steps = parse_double(parts[2], "--emulate-transient steps", text);
+  if (p < 0.0 || p > 1.0) throw UsageError("--emulate-transient: probability " + std::string(parts[0]) + " must be in [0, 1]");
+  if (factor < 1.0) throw UsageError("--emulate-transient: factor " + std::string(parts[1]) + " must be >= 1 (a slowdown)");
+  if (steps < 1.0 || steps != std::floor(steps) || steps > 1e9) {
+    throw UsageError("--emulate-transient: steps " + std::string(parts[2]) + " must be a whole number >= 1");
+  }
+  options.transient_probability = p;
+  options.transient_factor = factor;
+  options.transient_steps = static_cast<std::int64_t>(steps);
+}
+
+SpeedEmulator::SpeedEmulator(const EmulationOptions& options, int rank, int world_size) : options_(options), rank_(rank) {
+  if (world_size < 1 || rank < 0 || rank >= world_size) {
+    throw UsageError("emulation: rank " + std::to_string(rank) + " is not in a world of " + std::to_string(world_size));
+  }
+  const auto n = options.speeds.size();
+  if (n > 1 && n != static_cast<std::size_t>(world_size)) {
+    throw UsageError("--emulate-speed: " + std::to_string(n) + " speeds for " + std::to_string(world_size) +
+                     " ranks; give one per rank or a single value for all");
+  }
+  if (n >= 1) speed_ = options.speeds[n == 1 ? 0 : static_cast<std::size_t>(rank)];
+  if (!(speed_ > 0.0) || !std::isfinite(speed_)) throw UsageError("--emulate-speed: speeds must be finite and > 0");
+  if (options.virtual_seconds_per_sample < 0.0) throw UsageError("virtual device: seconds per sample must be >= 0");
+  emulated_ = options.active();
+}
+
+double SpeedEmulator::slowdown(std::int64_t step) const {
+  const auto& o = options_;
+  if (!(o.transient_probability > 0.0) || o.transient_steps <= 0 || step < 0) return 1.0;
+  for (std::int64_t start = step; start > step - o.transient_steps && start >= 0; --start) {
+    const double u = detail::counter_uniform(o.seed, kTransientStream, static_cast<std::uint64_t>(rank_),
+                                             static_cast<std::uint64_t>(start));
+    if (u < o.transient_probability) return o.transient_factor;
+  }
+  return 1.0;
+}
+
+double SpeedEmulator::target_compute_seconds(double measured, std::int64_t samples, std::int64_t step) const {
+  if (!emulated_) return measured;
+  double target = 0.0;
+  if (options_.virtual_seconds_per_sample > 0.0) {
+    target = static_cast<double>(samples) * options_.virtual_seconds_per_sample / speed_ * slowdown(step);
+  } else {
+    target = measured / speed_ * slowdown(step);
+  }
+  return std::max(measured, target);
+}
+
+double SpeedEmulator::virtual_throughput() const noexcept {
+  return options_.virtual_seconds_per_sample > 0.0 ? speed_ / options_.virtual_seconds_per_sample : 0.0;
+}
+
+void wait_for(double seconds) {
+  if (!(seconds > 0.0)) return;
+  using clock = std::chrono::steady_clock;
+  const auto deadline = clock::now() + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(seconds));
+  // sleep_until may wake early on signals; sleep again until the deadline has passed.
+  while (clock::now() < deadline) std::this_thread::sleep_until(deadline);
+}
+
+}  // namespace antdt

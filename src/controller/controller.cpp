@@ -1,0 +1,334 @@
+// The control loop around a policy: record, assess, decide, check, version. Everything the
+// decision depends on (monitor windows, streaks, plan history, policy state) is state of
+// this object and goes into its checkpoint form, so decisions are a pure function of the
+// stats history (invariant 5) and a restored controller continues as if never stopped.
+#include "antdt/controller.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <numeric>
+#include <sstream>
+
+#include "antdt/error.hpp"
+#include "core/bytes.hpp"
+
+namespace antdt {
+
+namespace {
+
+constexpr std::uint32_t kControllerMagic = 0x4c544341;  // "ACTL"
+constexpr std::uint32_t kControllerFormat = 1;
+
+void validate(const ControllerOptions& o) {
+  if (o.window < 1) throw UsageError("controller: window must be at least 1 step, got " + std::to_string(o.window));
+  if (o.persistence < 1) throw UsageError("controller: persistence must be at least 1 step, got " + std::to_string(o.persistence));
+  if (!(o.min_gain >= 0.0)) throw UsageError("controller: min_gain must be >= 0, got " + std::to_string(o.min_gain));
+  if (o.min_interval < 0) throw UsageError("controller: min_interval must be >= 0");
+  if (o.warmup_steps < 0) throw UsageError("controller: warmup_steps must be >= 0");
+  if (o.plan_lag < 0) throw UsageError("controller: plan_lag must be >= 0");
+  if (!(o.straggler_ratio > 0.0 && o.straggler_ratio <= 1.0)) {
+    throw UsageError("controller: straggler_ratio must be in (0, 1], got " + std::to_string(o.straggler_ratio));
+  }
+}
+
+void put_plan(detail::ByteWriter& w, const Plan& p) {
+  w.put(p.effective_step);
+  w.put(p.global_batch);
+  w.put_vector(p.batch);
+  w.put_vector(p.micro_batch_cap);
+  w.put_vector(p.accumulation);
+  w.put_string(p.reason);
+  w.put(p.version);
+}
+
+Plan get_plan(detail::ByteReader& r) {
+  Plan p;
+  p.effective_step = r.get<std::int64_t>();
+  p.global_batch = r.get<std::int64_t>();
+  p.batch = r.get_vector<std::int64_t>();
+  p.micro_batch_cap = r.get_vector<std::int64_t>();
+  p.accumulation = r.get_vector<std::int32_t>();
+  p.reason = r.get_string();
+  p.version = r.get<std::int64_t>();
+  return p;
+}
+
+}  // namespace
+
+Controller::Controller(ControllerOptions options, Plan initial)
+    : options_(std::move(options)), cost_(options_.cost), monitor_(std::max(1, initial.world_size()), std::max(1, options_.window)) {
+  validate(options_);
+  if (initial.world_size() < 1) throw UsageError("controller: the initial plan has no ranks");
+  resolve_options(initial);
+  policy_ = make_policy(options_.policy);
+  if (initial.reason.empty()) initial.reason = "initial";
+  history_.push_back(checked(std::move(initial)));
+  slow_streak_.assign(static_cast<std::size_t>(plan().world_size()), 0);
+  assessments_.assign(static_cast<std::size_t>(plan().world_size()), RankAssessment{});
+}
+
+Controller::Controller(Restored, ControllerOptions options, Monitor monitor)
+    : options_(std::move(options)), cost_(options_.cost), monitor_(std::move(monitor)) {}
+
+void Controller::resolve_options(const Plan& reference) {
+  const auto n = static_cast<std::size_t>(reference.world_size());
+  if (options_.world_size == 0) options_.world_size = reference.world_size();
+  if (options_.world_size != reference.world_size()) {
+    throw UsageError("controller: options say " + std::to_string(options_.world_size) + " ranks but the initial plan has " +
+                     std::to_string(reference.world_size()));
+  }
+  if (options_.global_batch == 0) options_.global_batch = reference.global_batch;
+  if (options_.global_batch != reference.global_batch) {
+    throw UsageError("controller: options say global batch " + std::to_string(options_.global_batch) +
+                     " but the initial plan has " + std::to_string(reference.global_batch));
+  }
+  if (options_.caps.empty()) options_.caps = reference.micro_batch_cap;
+  if (options_.caps.size() == 1) options_.caps.assign(n, options_.caps.front());
+  if (options_.caps.size() != n) {
+    throw UsageError("controller: " + std::to_string(options_.caps.size()) + " micro-batch caps for " + std::to_string(n) +
+                     " ranks; give one for all ranks or one per rank");
+  }
+  for (const auto c : options_.caps) {
+    if (c < 1) throw UsageError("controller: every micro-batch cap must be at least 1");
+  }
+}
+
+Plan Controller::checked(Plan p) const {
+  const auto n = options_.caps.size();
+  const std::string who = "controller (policy " + options_.policy + "): ";
+  if (p.batch.size() != n) {
+    throw UsageError(who + "plan has " + std::to_string(p.batch.size()) + " ranks, world size is " + std::to_string(n));
+  }
+  std::int64_t sum = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (p.batch[i] < 0) throw UsageError(who + "plan gives rank " + std::to_string(i) + " a negative batch");
+    if (p.batch[i] == 0 && options_.global_batch >= static_cast<std::int64_t>(n)) {
+      throw UsageError(who + "plan leaves rank " + std::to_string(i) + " without work although B >= world size");
+    }
+    sum += p.batch[i];
+  }
+  if (sum != options_.global_batch) {
+    throw UsageError(who + "plan batches sum to " + std::to_string(sum) + ", the global batch is " +
+                     std::to_string(options_.global_batch));
+  }
+  p.global_batch = options_.global_batch;
+  p.micro_batch_cap = options_.caps;
+  update_accumulation(p);
+  return p;
+}
+
+const Plan& Controller::plan_at(std::int64_t step) const {
+  for (auto it = history_.rbegin(); it != history_.rend(); ++it) {
+    if (it->effective_step <= step) return *it;
+  }
+  return history_.front();
+}
+
+// Classifies each rank against the cluster reference (median of window-median throughputs).
+// Reasons are formatted with snprintf: this runs for every rank at every step on rank 0.
+void Controller::assess(std::int64_t step) {
+  const double reference = monitor_.median_throughput();
+  const double ratio = options_.straggler_ratio;
+  const auto& current = plan_at(step);
+  char buf[320];
+  for (int i = 0; i < monitor_.world_size(); ++i) {
+    const auto r = static_cast<std::size_t>(i);
+    const RankWindowSummary& s = monitor_.summary(i);
+    RankAssessment& a = assessments_[r];
+    a.throughput = s.throughput;
+    a.relative = reference > 0.0 ? s.throughput / reference : 1.0;
+    const bool timed_now = s.last_throughput > 0.0;
+    if (timed_now && reference > 0.0) slow_streak_[r] = s.last_throughput < ratio * reference ? slow_streak_[r] + 1 : 0;
+    a.slow_streak = slow_streak_[r];
+    const char* untimed = timed_now ? "" : "no timed samples this step; ";
+    if (a.slow_streak >= options_.persistence) {
+      a.kind = RankClass::persistent_straggler;
+      std::snprintf(buf, sizeof buf,
+                    "%sbelow %.3gx the cluster median (%.4g samples/s) for %d consecutive steps (persistence %d); "
+                    "window median %.4g samples/s = %.3gx",
+                    untimed, ratio, reference, a.slow_streak, options_.persistence, s.throughput, a.relative);
+    } else if (a.slow_streak > 0) {
+      a.kind = RankClass::transient_straggler;
+      std::snprintf(buf, sizeof buf,
+                    "%sthis step %.4g samples/s < %.3gx the cluster median (%.4g) for %d step(s), fewer than persistence %d",
+                    untimed, s.last_throughput, ratio, reference, a.slow_streak, options_.persistence);
+    } else if (reference > 0.0 && s.throughput >= reference / ratio) {
+      a.kind = RankClass::leader;
+      std::snprintf(buf, sizeof buf, "%swindow median %.4g samples/s = %.3gx the cluster median, >= 1/%.3g", untimed,
+                    s.throughput, a.relative, ratio);
+    } else {
+      a.kind = RankClass::normal;
+      if (timed_now) {
+        std::snprintf(buf, sizeof buf, "window median %.4g samples/s = %.3gx the cluster median", s.throughput, a.relative);
+      } else {
+        std::snprintf(buf, sizeof buf, "no timed samples this step (batch %lld)",
+                      static_cast<long long>(r < current.batch.size() ? current.batch[r] : 0));
+      }
+    }
+    a.reason = buf;
+  }
+}
+
+std::optional<Plan> Controller::on_step(std::int64_t step, std::span<const RankStepStats> stats) {
+  if (static_cast<int>(stats.size()) != plan().world_size()) {
+    throw UsageError("controller: got stats for " + std::to_string(stats.size()) + " ranks, world size is " +
+                     std::to_string(plan().world_size()));
+  }
+  if (step <= last_step_) {
+    throw UsageError("controller: step " + std::to_string(step) + " is not after the last step " + std::to_string(last_step_));
+  }
+  last_step_ = step;
+  // Warm-up steps (allocation, first-touch, library initialisation) would only pollute the window.
+  if (step < options_.warmup_steps) return std::nullopt;
+  monitor_.record(step, stats);
+  assess(step);
+  const ControllerContext context{step, plan(), monitor_, assessments_, options_, cost_, last_change_step_};
+  std::optional<Plan> decided = policy_->decide(context);
+  if (!decided) return std::nullopt;
+  Plan next = checked(std::move(*decided));
+  if (next.batch == plan().batch) return std::nullopt;
+  next.effective_step = context.effective_step();
+  next.version = plan().version + 1;
+  if (next.reason.empty()) next.reason = "policy " + policy_->name();
+  history_.push_back(std::move(next));
+  last_change_step_ = step;
+  return history_.back();
+}
+
+const Plan& Controller::install_plan(Plan p, std::int64_t decided_at_step) {
+  Plan next = checked(std::move(p));
+  next.version = plan().version + 1;
+  if (next.reason.empty()) next.reason = "installed";
+  history_.push_back(std::move(next));
+  last_change_step_ = decided_at_step;
+  return history_.back();
+}
+
+double Controller::predicted_step_seconds() const {
+  const double fill = monitor_.median_throughput();
+  if (!(fill > 0.0)) return 0.0;
+  std::vector<double> x = monitor_.throughputs();
+  for (auto& v : x) {
+    if (!(v > 0.0)) v = fill;
+  }
+  return cost_.predict_step_seconds(plan(), x, monitor_.data_wait_seconds());
+}
+
+std::vector<std::byte> Controller::serialize() const {
+  detail::ByteWriter w;
+  w.put(kControllerMagic);
+  w.put(kControllerFormat);
+  w.put<std::int32_t>(plan().world_size());
+  w.put_string(options_.policy);
+  w.put(options_.global_batch);
+  w.put_vector(options_.caps);
+  w.put<std::uint64_t>(history_.size());
+  for (const auto& p : history_) put_plan(w, p);
+  w.put_vector(monitor_.serialize());
+  w.put_vector(slow_streak_);
+  w.put(last_change_step_);
+  w.put(last_step_);
+  w.put_vector(policy_->save_state());
+  return w.take();
+}
+
+Controller Controller::restore(std::span<const std::byte> bytes, ControllerOptions options) {
+  validate(options);
+  try {
+    detail::ByteReader r(bytes);
+    if (r.get<std::uint32_t>() != kControllerMagic) throw CheckpointError("controller state: not a controller blob (bad magic)");
+    if (const auto format = r.get<std::uint32_t>(); format != kControllerFormat) {
+      throw CheckpointError("controller state: format " + std::to_string(format) + " is not supported (expected " +
+                            std::to_string(kControllerFormat) + ")");
+    }
+    const int saved_world = r.get<std::int32_t>();
+    const std::string saved_policy = r.get_string();
+    const auto saved_batch = r.get<std::int64_t>();
+    const auto saved_caps = r.get_vector<std::int64_t>();
+    const auto plans = r.get<std::uint64_t>();
+    if (plans == 0 || plans > r.remaining()) throw CheckpointError("controller state: bad plan history length");
+    std::vector<Plan> history;
+    for (std::uint64_t k = 0; k < plans; ++k) history.push_back(get_plan(r));
+    Monitor monitor = Monitor::restore(r.get_vector<std::byte>());
+    auto streaks = r.get_vector<int>();
+    const auto last_change = r.get<std::int64_t>();
+    const auto last_step = r.get<std::int64_t>();
+    const auto policy_state = r.get_vector<std::byte>();
+    if (!r.done()) throw CheckpointError("controller state: " + std::to_string(r.remaining()) + " trailing bytes");
+    if (saved_world < 1 || history.back().world_size() != saved_world || monitor.world_size() != saved_world ||
+        static_cast<int>(streaks.size()) != saved_world) {
+      throw CheckpointError("controller state: inconsistent world sizes");
+    }
+
+    const int world = options.world_size > 0       ? options.world_size
+                      : options.caps.size() > 1    ? static_cast<int>(options.caps.size())
+                                                   : saved_world;
+    if (options.world_size < 0) throw UsageError("controller restore: world_size must be >= 0");
+    options.world_size = world;
+    if (options.global_batch == 0) options.global_batch = saved_batch;
+    if (options.caps.empty()) {
+      if (world == saved_world) {
+        options.caps = saved_caps;
+      } else if (std::adjacent_find(saved_caps.begin(), saved_caps.end(), std::not_equal_to<>()) == saved_caps.end()) {
+        options.caps.assign(static_cast<std::size_t>(world), saved_caps.front());
+      } else {
+        throw UsageError("controller restore onto " + std::to_string(world) +
+                         " ranks: the saved micro-batch caps differ per rank; pass caps for the new world");
+      }
+    }
+    if (options.caps.size() == 1) options.caps.assign(static_cast<std::size_t>(world), options.caps.front());
+    if (options.caps.size() != static_cast<std::size_t>(world)) {
+      throw UsageError("controller restore onto " + std::to_string(world) + " ranks: got " +
+                       std::to_string(options.caps.size()) + " micro-batch caps");
+    }
+
+    const bool same_world = world == saved_world;
+    const bool same_monitor = same_world && monitor.window() == options.window;
+    Controller c(Restored{}, options, same_monitor ? std::move(monitor) : Monitor(world, options.window));
+    c.policy_ = make_policy(c.options_.policy);
+    if (same_world && c.options_.policy == saved_policy) c.policy_->load_state(policy_state);
+    c.history_ = std::move(history);
+    c.last_step_ = last_step;
+    c.assessments_.assign(static_cast<std::size_t>(world), RankAssessment{});
+    if (same_world) {
+      c.slow_streak_ = std::move(streaks);
+      c.last_change_step_ = last_change;
+    } else {
+      c.slow_streak_.assign(static_cast<std::size_t>(world), 0);
+      c.last_change_step_ = -1;
+    }
+
+    const Plan& last = c.history_.back();
+    const bool same_shape = same_world && last.global_batch == c.options_.global_batch && last.micro_batch_cap == c.options_.caps;
+    if (same_shape) return c;
+    // Elastic restart or changed batch/caps: re-plan. Without measurements on the new world
+    // an equal split is the only honest choice; the Session may install a probed plan.
+    Plan next;
+    std::ostringstream reason;
+    if (same_world && c.monitor_.median_throughput() > 0.0) {
+      std::vector<double> x = c.monitor_.throughputs();
+      const double fill = c.monitor_.median_throughput();
+      for (auto& v : x) {
+        if (!(v > 0.0)) v = fill;
+      }
+      next = plan_split(c.options_.global_batch, x, c.options_.caps, last_step + 1, c.monitor_.data_wait_seconds());
+      reason << "restored with global batch " << c.options_.global_batch << ": re-split by measured throughput";
+    } else {
+      next = equal_plan(c.options_.global_batch, c.options_.caps, last_step + 1);
+      reason << "restored onto " << world << " ranks (was " << saved_world << "): equal split until measured";
+    }
+    next.reason = reason.str();
+    next.version = last.version + 1;
+    next.effective_step = last_step + 1;
+    c.history_.push_back(c.checked(std::move(next)));
+    return c;
+  } catch (const CheckpointError&) {
+    throw;
+  } catch (const UsageError&) {
+    throw;
+  } catch (const Error& e) {
+    throw CheckpointError(std::string("controller state: ") + e.what());
+  }
+}
+
+}  // namespace antdt

@@ -1,0 +1,220 @@
+// Monitor: keeps the last `window` steps per rank and recomputes each rank's robust summary
+// on every record(). Medians (not means) so that a few transient slow steps move nothing:
+// with a window of 20, fewer than 10 slow steps leave the median throughput where it was.
+#include "antdt/monitor.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <string>
+
+#include "antdt/error.hpp"
+#include "core/bytes.hpp"
+#include "monitor/robust_stats.hpp"
+
+namespace antdt {
+
+namespace {
+
+constexpr std::uint32_t kMonitorMagic = 0x4e4f4d41;  // "AMON"
+constexpr std::uint32_t kMonitorFormat = 1;
+
+double step_throughput(const RankStepStats& s) noexcept {
+  return (s.samples > 0 && s.compute_seconds > 0.0) ? static_cast<double>(s.samples) / s.compute_seconds : 0.0;
+}
+
+template <class T>
+void erase_front_if_full(std::vector<T>& v, int window) {
+  if (static_cast<int>(v.size()) > window) v.erase(v.begin(), v.begin() + (static_cast<int>(v.size()) - window));
+}
+
+}  // namespace
+
+Monitor::Monitor(int world_size, int window) : world_size_(world_size), window_(window) {
+  if (world_size < 1) throw UsageError("Monitor: world size must be at least 1, got " + std::to_string(world_size));
+  if (window < 1) throw UsageError("Monitor: window must be at least 1 step, got " + std::to_string(window));
+  entries_.resize(static_cast<std::size_t>(world_size));
+  summaries_.resize(static_cast<std::size_t>(world_size));
+}
+
+void Monitor::record(std::int64_t step, std::span<const RankStepStats> stats) {
+  if (static_cast<int>(stats.size()) != world_size_) {
+    throw UsageError("Monitor::record: got stats for " + std::to_string(stats.size()) + " ranks, world size is " +
+                     std::to_string(world_size_));
+  }
+  if (step <= last_step_) {
+    throw UsageError("Monitor::record: step " + std::to_string(step) + " is not after the last recorded step " +
+                     std::to_string(last_step_));
+  }
+  double max_t = 0.0;
+  double sum_t = 0.0;
+  double min_reduce = std::numeric_limits<double>::infinity();
+  for (std::size_t i = 0; i < stats.size(); ++i) {
+    entries_[i].push_back(stats[i]);
+    erase_front_if_full(entries_[i], window_);
+    const double t = stats[i].data_wait_seconds + stats[i].compute_seconds;
+    max_t = std::max(max_t, t);
+    sum_t += t;
+    min_reduce = std::min(min_reduce, stats[i].reduce_seconds);
+  }
+  last_step_seconds_ = max_t + min_reduce;
+  step_time_.push_back(last_step_seconds_);
+  erase_front_if_full(step_time_, window_);
+  idle_fraction_.push_back(max_t > 0.0 ? 1.0 - (sum_t / static_cast<double>(world_size_)) / max_t : 0.0);
+  erase_front_if_full(idle_fraction_, window_);
+  last_step_ = step;
+  ++steps_recorded_;
+  summarise();
+}
+
+void Monitor::summarise() {
+  // Scratch buffers are reused across ranks; summarise runs for every rank at every step.
+  std::vector<double> x, series, half;
+  x.reserve(static_cast<std::size_t>(window_));
+  series.reserve(static_cast<std::size_t>(window_));
+  const auto median_of = [&series](const std::vector<RankStepStats>& window, double RankStepStats::*field) {
+    series.clear();
+    for (const auto& s : window) series.push_back(s.*field);
+    return detail::median_in_place(series);
+  };
+  for (std::size_t r = 0; r < entries_.size(); ++r) {
+    const auto& window = entries_[r];
+    x.clear();
+    for (const auto& s : window) {
+      if (const double v = step_throughput(s); v > 0.0) x.push_back(v);
+    }
+    RankWindowSummary& out = summaries_[r];
+    out.entries = static_cast<int>(window.size());
+    out.timed_entries = static_cast<int>(x.size());
+    out.trend = 0.0;
+    if (x.size() >= 4) {
+      const auto h = static_cast<std::ptrdiff_t>(x.size() / 2);
+      half.assign(x.begin(), x.begin() + h);
+      const double older = detail::median_in_place(half);
+      half.assign(x.end() - h, x.end());
+      const double newer = detail::median_in_place(half);
+      out.trend = newer - older;  // divided by the median below
+    }
+    series.assign(x.begin(), x.end());
+    out.throughput = detail::median_in_place(series);
+    if (out.throughput > 0.0) {
+      out.trend /= out.throughput;
+      out.spread = x.size() >= 2 ? detail::median_abs_deviation(x, out.throughput) / out.throughput : 0.0;
+    } else {
+      out.trend = 0.0;
+      out.spread = 0.0;
+    }
+    out.last_throughput = window.empty() ? 0.0 : step_throughput(window.back());
+    out.compute_seconds = median_of(window, &RankStepStats::compute_seconds);
+    out.data_wait_seconds = median_of(window, &RankStepStats::data_wait_seconds);
+    out.reduce_seconds = median_of(window, &RankStepStats::reduce_seconds);
+    out.idle_seconds = median_of(window, &RankStepStats::idle_seconds);
+  }
+  median_step_seconds_ = detail::median(step_time_);
+  median_idle_fraction_ = detail::median(idle_fraction_);
+}
+
+const RankWindowSummary& Monitor::summary(int rank) const {
+  if (rank < 0 || rank >= world_size_) {
+    throw UsageError("Monitor: rank " + std::to_string(rank) + " out of range [0, " + std::to_string(world_size_) + ")");
+  }
+  return summaries_[static_cast<std::size_t>(rank)];
+}
+
+std::vector<double> Monitor::throughputs() const {
+  std::vector<double> x;
+  x.reserve(summaries_.size());
+  for (const auto& s : summaries_) x.push_back(s.throughput);
+  return x;
+}
+
+std::vector<double> Monitor::data_wait_seconds() const {
+  std::vector<double> a;
+  a.reserve(summaries_.size());
+  for (const auto& s : summaries_) a.push_back(s.data_wait_seconds);
+  return a;
+}
+
+double Monitor::recent_peak(int rank, int steps) const {
+  (void)summary(rank);  // range check
+  const auto& window = entries_[static_cast<std::size_t>(rank)];
+  if (steps < 1 || static_cast<std::size_t>(steps) > window.size()) return 0.0;
+  double peak = 0.0;
+  for (auto it = window.end() - steps; it != window.end(); ++it) peak = std::max(peak, step_throughput(*it));
+  return peak;
+}
+
+double Monitor::median_throughput() const {
+  std::vector<double> x;
+  for (const auto& s : summaries_) {
+    if (s.timed_entries > 0) x.push_back(s.throughput);
+  }
+  return detail::median(std::move(x));
+}
+
+std::vector<std::byte> Monitor::serialize() const {
+  detail::ByteWriter w;
+  w.put(kMonitorMagic);
+  w.put(kMonitorFormat);
+  w.put<std::int32_t>(world_size_);
+  w.put<std::int32_t>(window_);
+  w.put(steps_recorded_);
+  w.put(last_step_);
+  w.put(last_step_seconds_);
+  // Field by field: RankStepStats has padding, which must not leak into the checkpoint.
+  for (const auto& window : entries_) {
+    w.put<std::uint64_t>(window.size());
+    for (const auto& s : window) {
+      w.put(s.compute_seconds);
+      w.put(s.data_wait_seconds);
+      w.put(s.reduce_seconds);
+      w.put(s.idle_seconds);
+      w.put(s.samples);
+      w.put(s.micro_steps);
+    }
+  }
+  w.put_vector(step_time_);
+  w.put_vector(idle_fraction_);
+  return w.take();
+}
+
+Monitor Monitor::restore(std::span<const std::byte> bytes) {
+  try {
+    detail::ByteReader r(bytes);
+    if (r.get<std::uint32_t>() != kMonitorMagic) throw CheckpointError("monitor state: not a monitor blob (bad magic)");
+    if (const auto format = r.get<std::uint32_t>(); format != kMonitorFormat) {
+      throw CheckpointError("monitor state: format " + std::to_string(format) + " is not supported (expected " +
+                            std::to_string(kMonitorFormat) + ")");
+    }
+    const int world = r.get<std::int32_t>();
+    const int window = r.get<std::int32_t>();
+    if (world < 1 || window < 1) throw CheckpointError("monitor state: bad world size or window");
+    Monitor m(world, window);
+    m.steps_recorded_ = r.get<std::int64_t>();
+    m.last_step_ = r.get<std::int64_t>();
+    m.last_step_seconds_ = r.get<double>();
+    for (auto& entries : m.entries_) {
+      const auto n = r.get<std::uint64_t>();
+      if (n > static_cast<std::uint64_t>(window)) throw CheckpointError("monitor state: window holds too many steps");
+      entries.resize(n);
+      for (auto& s : entries) {
+        s.compute_seconds = r.get<double>();
+        s.data_wait_seconds = r.get<double>();
+        s.reduce_seconds = r.get<double>();
+        s.idle_seconds = r.get<double>();
+        s.samples = r.get<std::int64_t>();
+        s.micro_steps = r.get<std::int32_t>();
+      }
+    }
+    m.step_time_ = r.get_vector<double>();
+    m.idle_fraction_ = r.get_vector<double>();
+    if (!r.done()) throw CheckpointError("monitor state: " + std::to_string(r.remaining()) + " trailing bytes");
+    m.summarise();
+    return m;
+  } catch (const CheckpointError&) {
+    throw;
+  } catch (const Error& e) {
+    throw CheckpointError(std::string("monitor state: ") + e.what());
+  }
+}
+
+}  // namespace antdt

@@ -1,0 +1,246 @@
+#!/usr/bin/env python3
+"""End-to-end tests of antdt-train and antdt-datagen, run by ctest.
+
+    python3 test_train.py BUILD_DIR SOURCE_DIR [unittest args, e.g. TrainCli.test_help]
+
+Each test launches the real apps with mpirun (oversubscribed, as root) on small data and
+asserts on exit codes, messages and the --summary-json / --metrics / --timeline files.
+"""
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+BUILD = os.path.abspath(sys.argv[1])
+SOURCE = os.path.abspath(sys.argv[2])
+del sys.argv[1:3]
+TRAIN = os.path.join(BUILD, "apps", "antdt-train")
+DATAGEN = os.path.join(BUILD, "apps", "antdt-datagen")
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           OMPI_MCA_rmaps_base_oversubscribe="1", ANTDT_LOG_LEVEL="warn")
+
+
+def run(cmd, timeout=240, env=None):
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env or ENV)
+
+
+def mpirun(np, *args, timeout=240, env=None):
+    return run(["mpirun", "-np", str(np), TRAIN, *map(str, args)], timeout=timeout, env=env)
+
+
+class Workdir(unittest.TestCase):
+    samples = 1200
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="antdt-apps-")
+        cls.train = os.path.join(cls.dir, "train.h5")
+        cls.eval = os.path.join(cls.dir, "eval.h5")
+        r = run([DATAGEN, "-o", cls.train, "--samples", str(cls.samples), "--dim", "8", "--classes", "4",
+                 "--eval-output", cls.eval, "--eval-samples", "300", "--seed", "3"])
+        assert r.returncode == 0, r.stderr
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def base(self):
+        return ["--data", self.train, "--layers", "8,16,4", "--global-batch", "40", "--quiet"]
+
+    def summary(self, path):
+        with open(path) as f:
+            return json.load(f)
+
+
+class TrainCli(Workdir):
+    def test_help_documents_every_option(self):
+        r = run([TRAIN, "--help"])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        for opt in ["--data", "--eval-data", "--global-batch", "--steps", "--epochs", "--policy",
+                    "--emulate-speed", "--emulate-transient", "--backup-workers", "--checkpoint-dir",
+                    "--checkpoint-every", "--resume", "--summary-json", "--timeline", "--metrics", "--config"]:
+            self.assertIn(opt, r.stdout)
+        self.assertIn("ANTDT_GLOBAL_BATCH", r.stdout, "every option names its environment variable")
+
+    def assert_usage_error(self, r, needle):
+        self.assertEqual(r.returncode, 2, f"stdout={r.stdout}\nstderr={r.stderr}")
+        lines = [l for l in r.stderr.strip().splitlines() if "error" in l]
+        self.assertEqual(len(lines), 1, r.stderr)
+        self.assertIn(needle, lines[0])
+
+    def test_bad_values_exit_2_with_one_line(self):
+        self.assert_usage_error(run([TRAIN, "--global-batch", "0", "--steps", "1"]), "global-batch")
+        self.assert_usage_error(run([TRAIN, "--policy", "fastest", "--steps", "1"]), "policy")
+        self.assert_usage_error(run([TRAIN, "--steps", "1", "--emulate-speed", "1,x"]), "speed")
+        self.assert_usage_error(run([TRAIN, "--steps", "1", "--emulate-transient", "0.1,3"]), "transient")
+        self.assert_usage_error(run([TRAIN, "--global-batch", "8"]), "--steps or --epochs")
+        self.assert_usage_error(run([TRAIN, "--steps", "1", "--resume"]), "--checkpoint-dir")
+        self.assert_usage_error(run([TRAIN, "--steps", "1", "--no-such-option"]), "no-such-option")
+        self.assert_usage_error(run([TRAIN, "--steps", "1", "--policy", "nd"]), "nd")
+
+    def test_bad_values_on_many_ranks_exit_2(self):
+        r = mpirun(3, "--steps", "1", "--emulate-speed", "1,1")  # 2 speeds for 3 ranks
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("3 ranks", r.stderr)
+
+    def test_bad_data_file_exit_2_naming_file(self):
+        missing = os.path.join(self.dir, "nope.h5")
+        r = mpirun(2, "--data", missing, "--steps", "1", "--layers", "8,4")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("nope.h5", r.stderr)
+        r = mpirun(2, *self.base(), "--steps", "1", "--layers", "9,4")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("8 features", r.stderr)
+
+    def test_config_file_and_environment(self):
+        # Precedence (CLI11): command line > config file > ANTDT_* environment.
+        cfg = os.path.join(self.dir, "run.toml")
+        out = os.path.join(self.dir, "cfg.json")
+        with open(cfg, "w") as f:
+            f.write(f'data = "{self.train}"\nlayers = "8,16,4"\nsteps = 3\npolicy = "static"\n'
+                    f'summary-json = "{out}"\nquiet = true\n')
+        env = dict(ENV, ANTDT_STEPS="5", ANTDT_GLOBAL_BATCH="24")
+        r = mpirun(2, "--config", cfg, env=env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        s = self.summary(out)
+        self.assertEqual(s["policy"], "static")
+        self.assertEqual(s["steps"], 3, "the config file wins over the environment")
+        self.assertEqual(s["samples"], 3 * 24, "ANTDT_GLOBAL_BATCH applies where nothing else sets it")
+        r = mpirun(2, "--config", cfg, "--steps", "2", env=env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(self.summary(out)["steps"], 2, "the command line wins over both")
+
+    def test_bad_config_value_exit_2(self):
+        cfg = os.path.join(self.dir, "bad.toml")
+        with open(cfg, "w") as f:
+            f.write("global-batch = -3\nsteps = 1\n")
+        r = run([TRAIN, "--config", cfg])
+        self.assertEqual(r.returncode, 2, r.stderr)
+
+
+class TrainRuns(Workdir):
+    def test_summary_metrics_timeline_complete(self):
+        js, met, tl = (os.path.join(self.dir, n) for n in ("s.json", "m.csv", "t.json"))
+        r = mpirun(3, *self.base(), "--steps", "12", "--policy", "dd", "--emulate-speed", "1,1,0.5",
+                   "--virtual-device", "0.0002", "--eval-data", self.eval, "--eval-every", "6",
+                   "--summary-json", js, "--metrics", met, "--timeline", tl)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        s = self.summary(js)
+        for key in ["ranks", "policy", "emulated_speeds", "samples", "wall_seconds", "throughput",
+                    "rank_throughput", "ideal_throughput", "efficiency", "plan_changes",
+                    "duplicated_samples", "missing_samples", "final_loss", "eval_accuracy"]:
+            self.assertIn(key, s)
+        self.assertEqual(s["ranks"], 3)
+        self.assertEqual(s["emulated_speeds"], [1, 1, 0.5])
+        self.assertEqual(s["samples"], 12 * 40)
+        self.assertEqual(len(s["rank_throughput"]), 3)
+        self.assertAlmostEqual(s["ideal_throughput"], sum(s["rank_throughput"]), places=3)
+        self.assertGreater(s["efficiency"], 0.0)
+        self.assertLessEqual(s["efficiency"], 1.05)
+        with open(met) as f:
+            rows = list(csv.DictReader(f))
+        self.assertEqual(len(rows), 12 * 3, "one metrics row per step and rank")
+        self.assertEqual(sum(int(r["samples"]) for r in rows), 12 * 40)
+        with open(tl) as f:
+            trace = json.load(f)
+        spans = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+        for rank in range(3):
+            steps = {e["args"]["step"] for e in spans if e["tid"] == rank and e["name"] == "compute"}
+            self.assertEqual(steps, set(range(12)), f"rank {rank} has a compute span for every step")
+        self.assertTrue(any(e.get("cat") == "plan" for e in trace["traceEvents"]))
+
+    def test_epochs_cover_every_sample_once(self):
+        js = os.path.join(self.dir, "ep.json")
+        r = mpirun(4, *self.base(), "--epochs", "2", "--policy", "dd", "--emulate-speed", "1,1,1,0.33",
+                   "--virtual-device", "0.0001", "--summary-json", js)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        s = self.summary(js)
+        self.assertEqual(s["samples"], 2 * self.samples)
+        self.assertEqual([e["committed"] for e in s["epochs"]], [self.samples] * 2)
+        self.assertEqual(s["duplicated_samples"], 0)
+        self.assertEqual(s["missing_samples"], 0)
+
+    def test_dd_beats_static_with_a_slow_rank(self):
+        res = {}
+        for policy in ("static", "dd"):
+            js = os.path.join(self.dir, f"cmp-{policy}.json")
+            r = mpirun(4, *self.base(), "--global-batch", "64", "--steps", "60", "--policy", policy,
+                       "--emulate-speed", "1,1,1,0.33", "--virtual-device", "0.0005", "--min-interval", "5",
+                       "--summary-json", js)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            res[policy] = self.summary(js)
+        self.assertGreater(res["dd"]["throughput"], 1.5 * res["static"]["throughput"], res)
+        split = res["dd"]["final_split"]
+        self.assertEqual(sum(split), 64)
+        self.assertLess(split[3], split[0], "the slow rank gets the smaller share")
+
+
+class Checkpoints(Workdir):
+    def test_kill_and_resume_equals_uninterrupted(self):
+        a_dir, b_dir = os.path.join(self.dir, "ck-a"), os.path.join(self.dir, "ck-b")
+        args = [*self.base(), "--policy", "static", "--steps", "24", "--checkpoint-every", "5"]
+        a = mpirun(4, *args, "--checkpoint-dir", a_dir, "--summary-json", os.path.join(self.dir, "a.json"))
+        self.assertEqual(a.returncode, 0, a.stderr)
+        b = mpirun(4, *args, "--checkpoint-dir", b_dir, "--fail-at-step", "13", "--fail-rank", "2")
+        self.assertNotEqual(b.returncode, 0, "the killed run must fail")
+        c = mpirun(4, *args, "--checkpoint-dir", b_dir, "--resume", "--summary-json", os.path.join(self.dir, "c.json"))
+        self.assertEqual(c.returncode, 0, c.stderr)
+        sa, sc = self.summary(os.path.join(self.dir, "a.json")), self.summary(os.path.join(self.dir, "c.json"))
+        self.assertEqual(sa["parameter_checksum"], sc["parameter_checksum"], "resumed parameters differ")
+        self.assertEqual(sa["samples"], sc["samples"])
+
+    def elastic(self, before, after):
+        d = os.path.join(self.dir, f"el-{before}-{after}")
+        js = os.path.join(d, "s.json")
+        args = [*self.base(), "--policy", "dd", "--epochs", "2", "--checkpoint-every", "4", "--checkpoint-dir", d]
+        b = mpirun(before, *args, "--fail-at-step", "20", "--fail-rank", "1")
+        self.assertNotEqual(b.returncode, 0)
+        c = mpirun(after, *args, "--resume", "--summary-json", js)
+        self.assertEqual(c.returncode, 0, c.stderr)
+        s = self.summary(js)
+        self.assertEqual(s["ranks"], after)
+        self.assertEqual(s["samples"], 2 * self.samples, "every sample of both epochs committed once")
+        self.assertEqual([e["committed"] for e in s["epochs"]], [self.samples] * 2)
+        self.assertEqual(s["duplicated_samples"], 0)
+        self.assertEqual(s["missing_samples"], 0)
+        self.assertEqual(len(s["final_split"]), after)
+        self.assertEqual(sum(s["final_split"]), 40)
+
+    def test_elastic_resume_4_to_3(self):
+        self.elastic(4, 3)
+
+    def test_elastic_resume_2_to_4(self):
+        self.elastic(2, 4)
+
+    def test_resume_with_other_model_shape_is_a_clear_error(self):
+        d = os.path.join(self.dir, "shape")
+        r = mpirun(2, *self.base(), "--steps", "3", "--checkpoint-dir", d)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        r = mpirun(2, *self.base(), "--layers", "8,32,4", "--steps", "6", "--checkpoint-dir", d, "--resume")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("shape", r.stderr)
+
+
+class MainJob(unittest.TestCase):
+    def test_readme_main_job_small(self):
+        out = tempfile.mkdtemp(prefix="antdt-demo-")
+        env = dict(ENV, ANTDT_DEMO_SAMPLES="2048", ANTDT_BUILD_DIR=BUILD)
+        r = run([os.path.join(SOURCE, "scripts", "demo.sh"), out], timeout=600, env=env)
+        self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
+        s = json.load(open(os.path.join(out, "static.json")))
+        d = json.load(open(os.path.join(out, "dd.json")))
+        self.assertIn("dd / static throughput", r.stdout)
+        self.assertGreater(d["throughput"], s["throughput"])
+        self.assertGreater(d["eval_accuracy"], 0.5)
+        for x in (s, d):
+            self.assertEqual(x["duplicated_samples"], 0)
+            self.assertEqual(x["missing_samples"], 0)
+        shutil.rmtree(out, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

@@ -1,0 +1,159 @@
+// Exact weighted reduction. The oracle: N ranks with any split of a global batch (uneven,
+// zero shares, all on one rank), with and without micro-step accumulation, end with the same
+// parameters as one rank that saw every sample, to 1e-5 relative. Every rank computes the
+// single-rank reference locally and compares. Runs on every enabled backend.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "antdt/comm.hpp"
+#include "antdt/config.hpp"
+#include "antdt/model.hpp"
+#include "antdt/reduce.hpp"
+#include "compute_test_support.hpp"
+
+#if ANTDT_HAVE_NCCL
+#include <nccl.h>
+#endif
+
+using namespace antdt;
+using namespace antdt::test;
+
+namespace {
+
+// Named splits of `total` samples over `ranks` ranks.
+std::vector<std::pair<std::string, std::vector<std::int64_t>>> splits(std::int64_t total, int ranks) {
+  std::vector<std::pair<std::string, std::vector<std::int64_t>>> out;
+  std::vector<std::int64_t> even(static_cast<std::size_t>(ranks), total / ranks);
+  even.back() += total % ranks;
+  out.emplace_back("even+remainder", even);
+  // Proportional to (r+1)^2: strongly uneven, like a fast/slow mix.
+  std::vector<std::int64_t> uneven(static_cast<std::size_t>(ranks));
+  std::int64_t weight_sum = 0, given = 0;
+  for (int r = 0; r < ranks; ++r) weight_sum += (r + 1) * (r + 1);
+  for (int r = 0; r < ranks; ++r) {
+    uneven[static_cast<std::size_t>(r)] = total * (r + 1) * (r + 1) / weight_sum;
+    given += uneven[static_cast<std::size_t>(r)];
+  }
+  uneven.back() += total - given;
+  out.emplace_back("quadratic", uneven);
+  if (ranks > 1) {
+    std::vector<std::int64_t> zero_share = even;  // rank 0 gets nothing, rank 1 takes its part
+    zero_share[1] += zero_share[0];
+    zero_share[0] = 0;
+    out.emplace_back("rank0-zero", zero_share);
+    std::vector<std::int64_t> all_last(static_cast<std::size_t>(ranks), 0);
+    all_last.back() = total;
+    out.emplace_back("all-on-last", all_last);
+  }
+  return out;
+}
+
+class ReduceTest : public BackendTest {
+ protected:
+  void SetUp() override {
+    const std::string why = backend_unavailable(GetParam());
+    if (!why.empty()) GTEST_SKIP() << "skipping the " << backend_name(GetParam()) << " backend: " << why;
+    comm_ = Communicator::duplicate(MPI_COMM_WORLD);
+    device_ = select_device(comm_.rank(), GetParam() == Backend::cuda ? DevicePreference::cuda : DevicePreference::host);
+  }
+  Communicator comm_;
+};
+
+TEST_P(ReduceTest, AnySplitMatchesOneRankOnTheSameSamples) {
+  auto reducer = make_reducer(comm_, device_);
+  constexpr std::int64_t kBatch = 37;
+  constexpr int kSteps = 3;
+  const Samples data = gaussian_clusters(kBatch * kSteps, 6, 4, 3.0, 11);
+  for (const OptimizerKind kind : {OptimizerKind::sgd, OptimizerKind::adam}) {
+    MlpConfig cfg;
+    cfg.layers = {6, 24, 16, 4};
+    cfg.optimizer = kind;
+    cfg.learning_rate = kind == OptimizerKind::sgd ? 0.1f : 0.01f;
+    cfg.weight_decay = 1e-3f;
+    // One-rank reference on every rank: every step's whole batch in one accumulate.
+    auto reference = make_mlp(cfg, DeviceInfo{});
+    std::vector<std::vector<float>> reference_grads;
+    for (int step = 0; step < kSteps; ++step) {
+      reference->zero_gradients();
+      (void)reference->accumulate(data.x(step * kBatch), data.y(step * kBatch), kBatch);
+      reference_grads.push_back(gradient_snapshot(*reference));
+      reference->apply_update();
+    }
+    for (const auto& [split_name, split] : splits(kBatch, comm_.size())) {
+      for (const std::int64_t cap : {kBatch, std::int64_t{4}}) {
+        SCOPED_TRACE("optimizer " + std::string(kind == OptimizerKind::sgd ? "sgd" : "adam") + ", split " +
+                     split_name + ", micro-batch cap " + std::to_string(cap));
+        ASSERT_EQ(std::accumulate(split.begin(), split.end(), std::int64_t{0}), kBatch);
+        auto model = make(cfg);
+        const auto rank = static_cast<std::size_t>(comm_.rank());
+        const std::int64_t mine = split[rank];
+        const std::int64_t offset = std::accumulate(split.begin(), split.begin() + comm_.rank(), std::int64_t{0});
+        for (int step = 0; step < kSteps; ++step) {
+          model->zero_gradients();
+          const std::int64_t first = step * kBatch + offset;
+          const BatchResult r = accumulate_micro_batches(*model, data.x(first), data.y(first), mine, cap);
+          EXPECT_EQ(r.samples, mine);
+          model->synchronize();
+          reducer->allreduce_sum(model->gradient_buffer(), model->gradient_count());
+          const std::vector<float> g = gradient_snapshot(*model);
+          EXPECT_EQ(g.back(), static_cast<float>(kBatch)) << "the reduced count is the global batch";
+          EXPECT_LT(relative_error(g, reference_grads[static_cast<std::size_t>(step)]), 1e-5) << "step " << step;
+          model->apply_update();
+        }
+        const std::vector<float> expected = reference->parameters();
+        const std::vector<float> got = model->parameters();
+        EXPECT_LT(relative_error(got, expected), 1e-5);
+        EXPECT_LT(max_elementwise_error(got, expected), 1e-5);
+        EXPECT_EQ(model->optimizer_steps(), kSteps);
+      }
+    }
+  }
+}
+
+TEST_P(ReduceTest, PicksNcclOnlyWhereEveryRankCanUseIt) {
+  const std::vector<ReducerCandidate> candidates = reducer_candidates(comm_, device_);
+  ASSERT_EQ(candidates.size(), 2u);
+  EXPECT_EQ(candidates[0].name, "nccl");
+  EXPECT_EQ(candidates[1].name, "mpi");
+  EXPECT_TRUE(candidates[1].enabled) << "MPI is always usable";
+  auto reducer = make_reducer(comm_, device_);
+  EXPECT_EQ(reducer->name(), candidates[0].enabled ? "nccl" : "mpi");
+  if (GetParam() == Backend::host) {
+    EXPECT_FALSE(candidates[0].enabled);
+    EXPECT_FALSE(candidates[0].reason.empty());
+    EXPECT_EQ(reducer->name(), "mpi");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, ReduceTest, testing::Values(Backend::host, Backend::cuda), backend_param_name);
+
+TEST(MpiReducer, SumsHostBuffersInPlace) {
+  Communicator comm = Communicator::duplicate(MPI_COMM_WORLD);
+  auto reducer = make_reducer(comm, DeviceInfo{});
+  EXPECT_EQ(reducer->name(), "mpi");
+  const std::int64_t count = (1 << 16) + 3;
+  std::vector<float> buffer(static_cast<std::size_t>(count));
+  for (std::int64_t i = 0; i < count; ++i) buffer[static_cast<std::size_t>(i)] = static_cast<float>((i % 17) * (comm.rank() + 1));
+  reducer->allreduce_sum(buffer.data(), count);
+  const int n = comm.size();
+  for (std::int64_t i = 0; i < count; ++i) {
+    ASSERT_EQ(buffer[static_cast<std::size_t>(i)], static_cast<float>((i % 17) * n * (n + 1) / 2)) << "index " << i;
+  }
+  reducer->allreduce_sum(buffer.data(), 0);  // an empty reduction is legal
+}
+
+TEST(Nccl, LibraryLoadsAndReportsItsVersion) {
+#if ANTDT_HAVE_NCCL
+  int version = 0;
+  ASSERT_EQ(ncclGetVersion(&version), ncclSuccess);
+  EXPECT_GE(version, 20000) << "NCCL 2.x or later";
+#else
+  GTEST_SKIP() << "this build has no NCCL (ANTDT_ENABLE_NCCL=OFF)";
+#endif
+}
+
+}  // namespace

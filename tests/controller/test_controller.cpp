@@ -1,0 +1,370 @@
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "antdt/controller.hpp"
+#include "antdt/emulation.hpp"
+#include "antdt/error.hpp"
+#include "synthetic.hpp"
+
+using antdt::Controller;
+using antdt::ControllerOptions;
+using antdt::Plan;
+using antdt::RankClass;
+using antdt::testing_support::SpeedAt;
+using antdt::testing_support::step_stats;
+
+namespace {
+
+ControllerOptions dd_options(std::int64_t batch) {
+  ControllerOptions o;
+  o.policy = "dd";
+  o.global_batch = batch;
+  o.caps = {64};
+  return o;
+}
+
+// Runs `steps` steps of a synthetic history and returns the controller.
+Controller run(ControllerOptions options, int world, const SpeedAt& x, std::int64_t steps, std::int64_t first_step = 0) {
+  Controller c(options, antdt::equal_plan(options.global_batch, std::vector<std::int64_t>(static_cast<std::size_t>(world), 64)));
+  for (std::int64_t s = first_step; s < first_step + steps; ++s) (void)c.on_step(s, step_stats(c.plan_at(s), x, s));
+  return c;
+}
+
+void expect_valid(const Plan& p, std::int64_t batch) {
+  EXPECT_EQ(std::accumulate(p.batch.begin(), p.batch.end(), std::int64_t{0}), batch);
+  for (std::size_t i = 0; i < p.batch.size(); ++i) {
+    EXPECT_GE(p.batch[i], 1);
+    EXPECT_EQ(p.accumulation[i], antdt::ceil_div(p.batch[i], p.micro_batch_cap[i]));
+    for (const auto m : p.micro_batches(static_cast<int>(i))) EXPECT_LE(m, p.micro_batch_cap[i]);
+  }
+}
+
+bool same_plans(const std::vector<Plan>& a, const std::vector<Plan>& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t k = 0; k < a.size(); ++k) {
+    if (a[k].batch != b[k].batch || a[k].effective_step != b[k].effective_step || a[k].version != b[k].version ||
+        a[k].reason != b[k].reason || a[k].accumulation != b[k].accumulation) {
+      return false;
+    }
+  }
+  return true;
+}
+
+const SpeedAt kOneSlow = [](int rank, std::int64_t) { return rank == 3 ? 100.0 / 3.0 : 100.0; };
+
+}  // namespace
+
+// Stated bound: with warmup W, persistence P and plan lag L, a deterministic speed ratio is
+// planned at step W + P - 1 and in force from step W + P + L (defaults: step 8).
+TEST(Controller, ConvergesToTheSpeedRatio) {
+  const ControllerOptions o = dd_options(1000);
+  Controller c = run(o, 4, kOneSlow, 200);
+  ASSERT_EQ(c.history().size(), 2u) << "one change, then stable";
+  const Plan& p = c.history()[1];
+  EXPECT_EQ(p.effective_step, o.warmup_steps + o.persistence + o.plan_lag);
+  EXPECT_EQ(p.version, 1);
+  const double sum_x = 3 * 100.0 + 100.0 / 3.0;
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_NEAR(static_cast<double>(p.batch[static_cast<std::size_t>(i)]), 1000.0 * kOneSlow(i, 0) / sum_x, 1.0);
+  }
+  expect_valid(p, 1000);
+  EXPECT_NE(p.reason.find("persistent straggler"), std::string::npos) << p.reason;
+  // The prediction now matches the balanced step (all ranks ~3.0 s) and the measurement.
+  EXPECT_NEAR(c.predicted_step_seconds(), c.monitor().step_seconds(), 0.02 * c.monitor().step_seconds());
+}
+
+TEST(Controller, PlanLagDelaysTheEffectiveStep) {
+  ControllerOptions o = dd_options(1000);
+  o.plan_lag = 2;
+  const Controller c = run(o, 4, kOneSlow, 30);
+  ASSERT_EQ(c.history().size(), 2u);
+  EXPECT_EQ(c.history()[1].effective_step, o.warmup_steps + o.persistence + 2);
+  EXPECT_EQ(c.plan_at(c.history()[1].effective_step - 1).version, 0);
+  EXPECT_EQ(c.plan_at(c.history()[1].effective_step).version, 1);
+}
+
+TEST(Controller, StaticNeverChanges) {
+  ControllerOptions o = dd_options(1000);
+  o.policy = "static";
+  const Controller c = run(o, 4, kOneSlow, 100);
+  EXPECT_EQ(c.history().size(), 1u);
+  EXPECT_EQ(c.plan().batch, (std::vector<std::int64_t>{250, 250, 250, 250}));
+  // The cost model sees the imbalance: rank 3 needs 7.5 s for 250 samples.
+  EXPECT_NEAR(c.predicted_step_seconds(), 7.5, 1e-6 + 20e-6);
+}
+
+TEST(Controller, ReactsToALastingSlowdownButNotToAShortOne) {
+  // Rank 1 is 3x slower for 4 steps (persistence - 1) at step 40, and 2x slower for good from step 100.
+  const SpeedAt x = [](int rank, std::int64_t s) {
+    if (rank != 1) return 100.0;
+    if (s >= 40 && s < 44) return 100.0 / 3.0;
+    return s >= 100 ? 50.0 : 100.0;
+  };
+  const ControllerOptions o = dd_options(700);
+  const Controller c = run(o, 4, x, 200);
+  ASSERT_EQ(c.history().size(), 2u);
+  const Plan& p = c.history()[1];
+  // The window median turns after window/2 + 1 slow steps; the gain must then persist.
+  EXPECT_GT(p.effective_step, 100);
+  EXPECT_LE(p.effective_step, 100 + o.window / 2 + o.persistence + 1);
+  EXPECT_EQ(p.batch, (std::vector<std::int64_t>{200, 100, 200, 200}));
+  for (const auto& plan : c.history()) expect_valid(plan, 700);
+}
+
+TEST(Controller, DoesNotFlapUnderTransientNoise) {
+  // 3x slowdowns on 10% of steps (and 2% jitter), on equal and on unequal ranks: single-step
+  // slowdowns with p = 0.1, and 5-step ones with p = 0.021 (1 - 0.979^5 = 10% of steps).
+  struct Noise {
+    double p;
+    std::int64_t steps;
+  };
+  for (const Noise noise : {Noise{0.1, 1}, Noise{0.021, 5}})
+  for (const bool unequal : {false, true}) {
+    for (std::uint64_t seed = 1; seed <= 5; ++seed) {
+      antdt::EmulationOptions e;
+      e.transient_probability = noise.p;
+      e.transient_factor = 3.0;
+      e.transient_steps = noise.steps;
+      e.seed = seed;
+      std::vector<antdt::SpeedEmulator> ranks;
+      for (int r = 0; r < 4; ++r) ranks.emplace_back(e, r, 4);
+      const SpeedAt x = [&](int rank, std::int64_t s) {
+        const double base = (unequal && rank == 3) ? 50.0 : 100.0;
+        const double jitter = 1.0 + 0.02 * std::sin(static_cast<double>(s * 7 + rank));
+        return base / (ranks[static_cast<std::size_t>(rank)].slowdown(s) * jitter);
+      };
+      const Controller c = run(dd_options(1000), 4, x, 1000);
+      const auto changes = static_cast<std::int64_t>(c.history().size()) - 1 - (unequal ? 1 : 0);
+      EXPECT_LE(changes, 10) << "seed " << seed << (unequal ? " unequal" : " equal") << ", transients of " << noise.steps
+                             << " steps: at most 1 change per 100 steps";
+      for (const auto& plan : c.history()) expect_valid(plan, 1000);
+    }
+  }
+}
+
+TEST(Controller, MinIntervalSpacesChanges) {
+  // Rank speeds drift every step: the gain stays high, so dd changes as often as allowed.
+  const SpeedAt x = [](int rank, std::int64_t s) { return rank == 0 ? 100.0 : 10.0 + 90.0 * ((s / 7) % 2); };
+  ControllerOptions o = dd_options(100);
+  o.window = 1;
+  o.persistence = 1;
+  o.min_interval = 10;
+  const Controller c = run(o, 2, x, 200);
+  ASSERT_GE(c.history().size(), 3u);
+  for (std::size_t k = 2; k < c.history().size(); ++k) {
+    EXPECT_GE(c.history()[k].effective_step - c.history()[k - 1].effective_step, 10);
+    EXPECT_EQ(c.history()[k].version, c.history()[k - 1].version + 1);
+  }
+}
+
+TEST(Controller, IsDeterministic) {
+  antdt::EmulationOptions e;
+  e.transient_probability = 0.05;
+  e.transient_factor = 4.0;
+  e.transient_steps = 8;
+  e.seed = 99;
+  const SpeedAt x = [&](int rank, std::int64_t s) {
+    const antdt::SpeedEmulator em(e, rank, 3);
+    return (rank == 0 ? 100.0 : 60.0) / em.slowdown(s);
+  };
+  ControllerOptions o = dd_options(600);
+  o.min_gain = 0.02;
+  const Controller a = run(o, 3, x, 400);
+  const Controller b = run(o, 3, x, 400);
+  EXPECT_GE(a.history().size(), 2u);
+  EXPECT_TRUE(same_plans(a.history(), b.history()));
+  EXPECT_EQ(a.serialize(), b.serialize());
+}
+
+TEST(Controller, ClassifiesRanksWithReasons) {
+  ControllerOptions o = dd_options(800);
+  o.policy = "static";
+  // 8 ranks 1,1,1,1,.5,.5,.33,.33; rank 1 slowed 3x in the last 2 steps.
+  const std::vector<double> speed{1, 1, 1, 1, 0.5, 0.5, 1.0 / 3, 1.0 / 3};
+  const SpeedAt x = [&](int rank, std::int64_t s) {
+    const double v = 100.0 * speed[static_cast<std::size_t>(rank)];
+    return (rank == 1 && s >= 18) ? v / 3.0 : v;
+  };
+  const Controller c = run(o, 8, x, 20);
+  const auto& a = c.assessments();
+  EXPECT_EQ(a[0].kind, RankClass::leader) << a[0].reason;
+  EXPECT_EQ(a[1].kind, RankClass::transient_straggler) << a[1].reason;
+  EXPECT_EQ(a[1].slow_streak, 2);
+  EXPECT_NE(a[1].reason.find("fewer than persistence"), std::string::npos) << a[1].reason;
+  EXPECT_EQ(a[4].kind, RankClass::persistent_straggler) << a[4].reason;
+  EXPECT_EQ(a[6].kind, RankClass::persistent_straggler);
+  EXPECT_NE(a[6].reason.find("consecutive steps"), std::string::npos) << a[6].reason;
+  EXPECT_NEAR(a[6].relative, (100.0 / 3.0) / 75.0, 1e-9);  // reference: median of 100 x4, 50 x2, 33 x2
+  EXPECT_STREQ(antdt::rank_class_name(RankClass::persistent_straggler), "persistent straggler");
+
+  ControllerOptions eq = dd_options(400);
+  eq.policy = "static";
+  const Controller flat = run(eq, 4, [](int, std::int64_t) { return 100.0; }, 10);
+  for (const auto& r : flat.assessments()) EXPECT_EQ(r.kind, RankClass::normal) << r.reason;
+}
+
+namespace {
+
+// A user policy: after step 5 puts everything it can on rank 0.
+class RankZeroHeavy final : public antdt::PolicyPlugin {
+ public:
+  [[nodiscard]] std::string name() const override { return "rank0-heavy"; }
+  [[nodiscard]] std::optional<Plan> decide(const antdt::ControllerContext& ctx) override {
+    if (ctx.step < 5) return std::nullopt;
+    Plan p = ctx.plan;
+    std::fill(p.batch.begin(), p.batch.end(), 1);
+    p.batch[0] = ctx.options.global_batch - (p.world_size() - 1);
+    p.reason = "user policy";
+    return p;
+  }
+};
+
+class BrokenPolicy final : public antdt::PolicyPlugin {
+ public:
+  [[nodiscard]] std::string name() const override { return "broken"; }
+  [[nodiscard]] std::optional<Plan> decide(const antdt::ControllerContext& ctx) override {
+    Plan p = ctx.plan;
+    p.batch[0] += 1;  // breaks sum == B
+    return p;
+  }
+};
+
+}  // namespace
+
+TEST(Controller, PluginsRegisterAndRunInTheLoop) {
+  antdt::register_policy("rank0-heavy", [] { return std::make_unique<RankZeroHeavy>(); });
+  const auto names = antdt::policy_names();
+  EXPECT_NE(std::find(names.begin(), names.end(), "rank0-heavy"), names.end());
+  EXPECT_NE(std::find(names.begin(), names.end(), "dd"), names.end());
+  EXPECT_NE(std::find(names.begin(), names.end(), "static"), names.end());
+
+  ControllerOptions o = dd_options(100);
+  o.policy = "rank0-heavy";
+  o.plan_lag = 1;
+  const Controller c = run(o, 4, kOneSlow, 20);
+  ASSERT_EQ(c.history().size(), 2u);  // the same plan again is not a change
+  EXPECT_EQ(c.history()[1].batch, (std::vector<std::int64_t>{97, 1, 1, 1}));
+  EXPECT_EQ(c.history()[1].effective_step, 7);  // decided after step 5, plus lag 1
+  EXPECT_EQ(c.history()[1].accumulation[0], 2);  // 97 samples at cap 64
+  EXPECT_EQ(c.history()[1].reason, "user policy");
+  EXPECT_EQ(c.policy_name(), "rank0-heavy");
+
+  try {
+    (void)antdt::make_policy("nope");
+    FAIL() << "expected UsageError";
+  } catch (const antdt::UsageError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("'nope'"), std::string::npos) << what;
+    EXPECT_NE(what.find("dd"), std::string::npos) << what;
+    EXPECT_NE(what.find("static"), std::string::npos) << what;
+  }
+  EXPECT_THROW(antdt::register_policy("", [] { return std::make_unique<RankZeroHeavy>(); }), antdt::UsageError);
+
+  antdt::register_policy("broken", [] { return std::make_unique<BrokenPolicy>(); });
+  ControllerOptions b = dd_options(100);
+  b.policy = "broken";
+  b.warmup_steps = 0;
+  Controller broken(b, antdt::equal_plan(100, {64, 64}));
+  EXPECT_THROW((void)broken.on_step(0, step_stats(broken.plan(), kOneSlow, 0)), antdt::UsageError);
+}
+
+TEST(Controller, RejectsBadOptionsAndInput) {
+  ControllerOptions o = dd_options(100);
+  EXPECT_THROW(Controller(o, antdt::equal_plan(99, {64, 64})), antdt::UsageError);
+  o.caps = {64, 64, 64};
+  EXPECT_THROW(Controller(o, antdt::equal_plan(100, {64, 64})), antdt::UsageError);
+  o = dd_options(100);
+  o.straggler_ratio = 1.5;
+  EXPECT_THROW(Controller(o, antdt::equal_plan(100, {64, 64})), antdt::UsageError);
+  o = dd_options(100);
+  o.policy = "no-such-policy";
+  EXPECT_THROW(Controller(o, antdt::equal_plan(100, {64, 64})), antdt::UsageError);
+
+  Controller c(dd_options(100), antdt::equal_plan(100, {64, 64}));
+  EXPECT_THROW((void)c.on_step(0, step_stats(antdt::equal_plan(100, {64, 64, 64}), kOneSlow, 0)), antdt::UsageError);
+  (void)c.on_step(4, step_stats(c.plan(), kOneSlow, 4));
+  EXPECT_THROW((void)c.on_step(4, step_stats(c.plan(), kOneSlow, 4)), antdt::UsageError);
+}
+
+TEST(Controller, RestoreContinuesExactly) {
+  antdt::EmulationOptions e;
+  e.transient_probability = 0.05;
+  e.transient_factor = 4.0;
+  e.transient_steps = 8;
+  e.seed = 5;
+  const SpeedAt x = [&](int rank, std::int64_t s) {
+    const antdt::SpeedEmulator em(e, rank, 4);
+    return (rank == 3 ? 40.0 : 100.0) / em.slowdown(s);
+  };
+  ControllerOptions o = dd_options(1000);
+  o.min_gain = 0.02;
+  const Controller whole = run(o, 4, x, 300);
+  Controller first = run(o, 4, x, 150);
+  const auto bytes = first.serialize();
+  Controller resumed = Controller::restore(bytes, o);
+  EXPECT_TRUE(same_plans(resumed.history(), first.history()));
+  for (std::int64_t s = 150; s < 300; ++s) (void)resumed.on_step(s, step_stats(resumed.plan_at(s), x, s));
+  EXPECT_GE(whole.history().size(), 3u) << "the history should include changes after the checkpoint";
+  EXPECT_TRUE(same_plans(whole.history(), resumed.history()));
+  EXPECT_EQ(whole.serialize(), resumed.serialize());
+
+  auto bad = bytes;
+  bad.resize(bad.size() - 3);
+  EXPECT_THROW((void)Controller::restore(bad, o), antdt::CheckpointError);
+  bad = bytes;
+  bad[1] = std::byte{0x7f};
+  EXPECT_THROW((void)Controller::restore(bad, o), antdt::CheckpointError);
+}
+
+TEST(Controller, RestoreOntoAnotherWorldSize) {
+  ControllerOptions o = dd_options(1000);
+  const Controller four = run(o, 4, kOneSlow, 30);
+  ASSERT_EQ(four.history().size(), 2u);
+
+  ControllerOptions six = o;
+  six.caps = std::vector<std::int64_t>(6, 64);
+  Controller c = Controller::restore(four.serialize(), six);
+  EXPECT_EQ(c.plan().world_size(), 6);
+  EXPECT_EQ(c.plan().version, 2);
+  EXPECT_EQ(c.plan().effective_step, 30);
+  EXPECT_EQ(c.plan().batch, (std::vector<std::int64_t>{167, 167, 167, 167, 166, 166}));
+  EXPECT_NE(c.plan().reason.find("was 4"), std::string::npos) << c.plan().reason;
+  expect_valid(c.plan(), 1000);
+  EXPECT_EQ(c.monitor().world_size(), 6);
+  EXPECT_EQ(c.monitor().steps_recorded(), 0);
+
+  // The new world is measured and re-balanced: rank 5 is slow now.
+  const SpeedAt x6 = [](int rank, std::int64_t) { return rank == 5 ? 25.0 : 100.0; };
+  for (std::int64_t s = 30; s < 60; ++s) (void)c.on_step(s, step_stats(c.plan_at(s), x6, s));
+  EXPECT_EQ(c.plan().version, 3);
+  EXPECT_NEAR(static_cast<double>(c.plan().batch[5]), 1000.0 * 25.0 / 525.0, 1.0);
+  expect_valid(c.plan(), 1000);
+
+  // A probed plan can be installed from outside the policy.
+  const Plan probed = antdt::plan_split(1000, std::vector<double>{1, 1, 1, 1, 1, 0.5}, std::vector<std::int64_t>{64}, 61);
+  const Plan& installed = c.install_plan(probed, 60);
+  EXPECT_EQ(installed.version, 4);
+  EXPECT_EQ(c.last_change_step(), 60);
+  EXPECT_EQ(c.plan_at(61).batch, probed.batch);
+
+  // Shrinking: per-rank caps that differ cannot be guessed for the new world.
+  ControllerOptions mixed = dd_options(1000);
+  mixed.caps = {64, 32, 64, 64};
+  const Controller m = run(mixed, 4, kOneSlow, 10);
+  ControllerOptions two = mixed;
+  two.caps.clear();
+  two.world_size = 2;
+  EXPECT_THROW((void)Controller::restore(m.serialize(), two), antdt::UsageError);
+  two.caps = {64, 64};
+  EXPECT_EQ(Controller::restore(m.serialize(), two).plan().batch, (std::vector<std::int64_t>{500, 500}));
+  // Equal saved caps carry over; world 1 is reachable through world_size.
+  ControllerOptions one = o;
+  one.world_size = 1;
+  const Controller single = Controller::restore(four.serialize(), one);
+  EXPECT_EQ(single.plan().batch, (std::vector<std::int64_t>{1000}));
+  EXPECT_EQ(single.plan().micro_batch_cap, (std::vector<std::int64_t>{64}));
+}

@@ -1,0 +1,169 @@
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <numeric>
+#include <vector>
+
+#include "antdt/error.hpp"
+#include "antdt/planner.hpp"
+
+using antdt::CostModel;
+using antdt::CostModelParams;
+using antdt::Plan;
+
+namespace {
+
+std::int64_t sum(const std::vector<std::int64_t>& v) { return std::accumulate(v.begin(), v.end(), std::int64_t{0}); }
+
+double predicted_max(const std::vector<std::int64_t>& b, const std::vector<double>& x, const std::vector<double>& a) {
+  double m = 0.0;
+  for (std::size_t i = 0; i < b.size(); ++i) m = std::max(m, CostModel::rank_compute_seconds(b[i], x[i], a.empty() ? 0.0 : a[i]));
+  return m;
+}
+
+// The best max over every split of B into n parts >= 1 (small cases only).
+double brute_force_best(std::int64_t B, const std::vector<double>& x, const std::vector<double>& a) {
+  const std::size_t n = x.size();
+  std::vector<std::int64_t> b(n, 1);
+  double best = std::numeric_limits<double>::infinity();
+  std::function<void(std::size_t, std::int64_t)> rec = [&](std::size_t i, std::int64_t left) {
+    if (i + 1 == n) {
+      b[i] = left;
+      best = std::min(best, predicted_max(b, x, a));
+      return;
+    }
+    for (std::int64_t v = 1; v <= left - static_cast<std::int64_t>(n - i - 1); ++v) {
+      b[i] = v;
+      rec(i + 1, left - v);
+    }
+  };
+  rec(0, B);
+  return best;
+}
+
+}  // namespace
+
+TEST(CostModel, AllreduceIsAlphaPlusRingBandwidthTerm) {
+  const CostModel cost(CostModelParams{1e-3, 1e-9, 1'000'000});
+  EXPECT_DOUBLE_EQ(cost.allreduce_seconds(1), 0.0);
+  EXPECT_DOUBLE_EQ(cost.allreduce_seconds(2), 1e-3 + 1.0 * 1e6 * 1e-9);
+  EXPECT_DOUBLE_EQ(cost.allreduce_seconds(4), 1e-3 + 1.5 * 1e6 * 1e-9);
+  EXPECT_DOUBLE_EQ(CostModel().allreduce_seconds(8), 20e-6);  // defaults: latency only
+}
+
+TEST(CostModel, StepTimeIsSlowestRankPlusAllreduce) {
+  const CostModel cost(CostModelParams{1e-3, 0.0, 0});
+  Plan p = antdt::equal_plan(40, {64, 64});
+  p.batch = {10, 30};
+  antdt::update_accumulation(p);
+  const std::vector<double> x{10.0, 10.0};
+  const std::vector<double> a{2.5, 0.0};
+  EXPECT_DOUBLE_EQ(cost.predict_step_seconds(p, x), 3.0 + 1e-3);
+  EXPECT_DOUBLE_EQ(cost.predict_step_seconds(p, x, a), 3.5 + 1e-3);
+  const auto per_rank = cost.predict_rank_seconds(p, x, a);
+  EXPECT_DOUBLE_EQ(per_rank[0], 3.5);
+  EXPECT_DOUBLE_EQ(per_rank[1], 3.0);
+  EXPECT_THROW((void)cost.predict_step_seconds(p, std::vector<double>{1.0}), antdt::UsageError);
+  EXPECT_TRUE(std::isinf(CostModel::rank_compute_seconds(5, 0.0, 0.0)));
+  EXPECT_EQ(CostModel::rank_compute_seconds(0, 0.0, 7.0), 0.0);
+}
+
+TEST(Planner, SplitsInProportionToThroughput) {
+  const std::vector<double> x{3.0, 3.0, 3.0, 1.0};
+  const Plan p = antdt::plan_split(1000, x, std::vector<std::int64_t>{1 << 20}, 7);
+  EXPECT_EQ(p.batch, (std::vector<std::int64_t>{300, 300, 300, 100}));
+  EXPECT_EQ(p.effective_step, 7);
+  EXPECT_EQ(p.global_batch, 1000);
+  EXPECT_EQ(sum(p.batch), 1000);
+}
+
+TEST(Planner, KeepsTheGlobalBatchAndFloorOfOne) {
+  const std::vector<double> x{100.0, 1.0, 0.01, 50.0, 7.0};
+  for (std::int64_t B : {5, 6, 13, 101, 1000, 4097}) {
+    const Plan p = antdt::plan_split(B, x, std::vector<std::int64_t>{8}, 0);
+    EXPECT_EQ(sum(p.batch), B) << "B=" << B;
+    for (const auto b : p.batch) EXPECT_GE(b, 1) << "B=" << B;
+  }
+  // Fewer samples than ranks: some ranks get none, the sum still holds.
+  const Plan tiny = antdt::plan_split(3, x, std::vector<std::int64_t>{8}, 0);
+  EXPECT_EQ(sum(tiny.batch), 3);
+  EXPECT_EQ(tiny.batch[2], 0);
+}
+
+TEST(Planner, ReachesTheIntegerOptimumWithOverheads) {
+  const std::vector<std::vector<double>> xs{{3.0, 1.0}, {5.0, 2.0, 1.0}, {1.0, 1.0, 0.3}, {7.0, 0.5, 2.5}};
+  const std::vector<std::vector<double>> as{{}, {0.0, 0.0, 0.0}, {2.0, 0.0, 0.5}, {0.1, 3.0, 0.0}};
+  for (std::size_t c = 0; c < xs.size(); ++c) {
+    for (std::int64_t B = static_cast<std::int64_t>(xs[c].size()); B <= 30; ++B) {
+      const Plan p = antdt::plan_split(B, xs[c], std::vector<std::int64_t>{4}, 0, as[c]);
+      EXPECT_EQ(sum(p.batch), B);
+      EXPECT_LE(predicted_max(p.batch, xs[c], as[c]), brute_force_best(B, xs[c], as[c]) * (1 + 1e-12))
+          << "case " << c << " B=" << B;
+    }
+  }
+}
+
+TEST(Planner, AccumulationRespectsCaps) {
+  const std::vector<double> x{4.0, 1.0, 2.0};
+  const std::vector<std::int64_t> caps{64, 16, 100};
+  const Plan p = antdt::plan_split(1000, x, caps, 0);
+  for (int i = 0; i < p.world_size(); ++i) {
+    const auto r = static_cast<std::size_t>(i);
+    EXPECT_EQ(p.accumulation[r], antdt::ceil_div(p.batch[r], caps[r]));
+    const auto micro = p.micro_batches(i);
+    EXPECT_EQ(sum(micro), p.batch[r]);
+    for (const auto m : micro) EXPECT_LE(m, caps[r]);
+  }
+}
+
+TEST(Planner, RejectsBadInput) {
+  const std::vector<std::int64_t> cap{8};
+  EXPECT_THROW((void)antdt::plan_split(0, std::vector<double>{1.0}, cap, 0), antdt::UsageError);
+  EXPECT_THROW((void)antdt::plan_split(10, std::vector<double>{}, cap, 0), antdt::UsageError);
+  EXPECT_THROW((void)antdt::plan_split(10, std::vector<double>{1.0, 0.0}, cap, 0), antdt::UsageError);
+  EXPECT_THROW((void)antdt::plan_split(10, std::vector<double>{1.0, NAN}, cap, 0), antdt::UsageError);
+  EXPECT_THROW((void)antdt::plan_split(10, std::vector<double>{1.0, 1.0}, std::vector<std::int64_t>{8, 8, 8}, 0),
+               antdt::UsageError);
+  EXPECT_THROW((void)antdt::plan_split(10, std::vector<double>{1.0, 1.0}, std::vector<std::int64_t>{0}, 0), antdt::UsageError);
+}
+
+TEST(Planner, GpuGenerationPriors) {
+  EXPECT_DOUBLE_EQ(antdt::gpu_relative_throughput(80), 1.0);
+  EXPECT_GT(antdt::gpu_relative_throughput(90), antdt::gpu_relative_throughput(80));
+  EXPECT_GT(antdt::gpu_relative_throughput(80), antdt::gpu_relative_throughput(75));
+  EXPECT_GT(antdt::gpu_relative_throughput(90, "NVIDIA H200"), antdt::gpu_relative_throughput(90, "NVIDIA H100 80GB HBM3"));
+  // Token matching: A10 is not A100, L4 is not L40.
+  EXPECT_LT(antdt::gpu_relative_throughput(86, "NVIDIA A10"), antdt::gpu_relative_throughput(80, "NVIDIA A100-SXM4-80GB"));
+  EXPECT_LT(antdt::gpu_relative_throughput(89, "NVIDIA L4"), antdt::gpu_relative_throughput(89, "NVIDIA L40"));
+  EXPECT_DOUBLE_EQ(antdt::gpu_relative_throughput(75, "Tesla T4"), 0.15);
+  EXPECT_EQ(antdt::gpu_relative_throughput(0, "host (BLAS)"), 0.0);
+}
+
+TEST(Planner, InitialPlanFromProbeAndPriors) {
+  std::vector<antdt::RankStepStats> probe(5);
+  for (std::size_t k = 0; k < probe.size(); ++k) {
+    probe[k].samples = 10;
+    probe[k].compute_seconds = k == 2 ? 1.0 : 0.1;  // one outlier micro-step
+  }
+  EXPECT_DOUBLE_EQ(antdt::probe_throughput(probe), 100.0);
+  EXPECT_EQ(antdt::probe_throughput({}), 0.0);
+
+  const std::vector<std::int64_t> cap{1024};
+  const Plan probed = antdt::initial_plan(400, std::vector<double>{300.0, 100.0}, cap);
+  EXPECT_EQ(probed.batch, (std::vector<std::int64_t>{300, 100}));
+  EXPECT_NE(probed.reason.find("probe"), std::string::npos);
+
+  // Rank 2 not probed: its prior (0.5 of rank 0's 1.0) scaled by the probe/prior ratio 200.
+  const Plan mixed = antdt::initial_plan(500, std::vector<double>{200.0, 200.0, 0.0}, cap, std::vector<double>{1.0, 1.0, 0.5});
+  EXPECT_EQ(mixed.batch, (std::vector<std::int64_t>{200, 200, 100}));
+  EXPECT_NE(mixed.reason.find("priors for 1"), std::string::npos) << mixed.reason;
+
+  const Plan priors_only = antdt::initial_plan(300, std::vector<double>{0.0, 0.0}, cap, std::vector<double>{2.0, 1.0});
+  EXPECT_EQ(priors_only.batch, (std::vector<std::int64_t>{200, 100}));
+
+  const Plan nothing = antdt::initial_plan(301, std::vector<double>{0.0, 0.0}, cap);
+  EXPECT_EQ(nothing.batch, (std::vector<std::int64_t>{151, 150}));
+}

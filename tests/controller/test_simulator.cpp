@@ -1,0 +1,61 @@
+// The simulator runs the real Controller on modelled ranks; these check it against the
+// closed-form limits of BACKGROUND.md.
+#include <gtest/gtest.h>
+
+#include "controller/simulator.hpp"
+
+using antdt::sim::SimConfig;
+using antdt::sim::simulate;
+
+namespace {
+
+SimConfig config(std::vector<double> speeds, const std::string& policy) {
+  SimConfig c;
+  c.speeds = std::move(speeds);
+  c.steps = 300;
+  c.seconds_per_sample = 1e-3;
+  c.controller.policy = policy;
+  c.controller.global_batch = 1200;
+  c.controller.caps = {128};
+  return c;
+}
+
+}  // namespace
+
+TEST(Simulator, StaticReachesNMinXOverSumX) {
+  const auto r = simulate(config({1, 1, 1, 1.0 / 3}, "static"));
+  // Equal batches: N min(x) / sum(x) = 4 (1/3) / (10/3) = 0.4, less the allreduce latency.
+  EXPECT_NEAR(r.efficiency, 0.4, 0.002);
+  EXPECT_EQ(r.plan_changes, 0);
+  EXPECT_NEAR(r.idle_fraction, 1.0 - (3 * (1.0 / 3) + 1) / 4.0, 1e-6);
+  EXPECT_NEAR(r.ideal_throughput, 1000.0 * 10.0 / 3.0, 1e-6);
+}
+
+TEST(Simulator, DdApproachesTheIdeal) {
+  const auto r = simulate(config({1, 1, 1, 1.0 / 3}, "dd"));
+  EXPECT_EQ(r.plan_changes, 1);
+  EXPECT_GT(r.efficiency, 0.95);
+  EXPECT_LT(r.idle_fraction, 0.05);
+  EXPECT_LT(r.mean_prediction_error, 0.01);  // exact model: only the first steps mispredict
+  const auto s = simulate(config({1, 1, 1, 1.0 / 3}, "static"));
+  // The gain is bounded by mean(x)/min(x) = 2.5.
+  EXPECT_GT(r.throughput / s.throughput, 2.3);
+  EXPECT_LE(r.throughput / s.throughput, 2.5 + 1e-9);
+}
+
+TEST(Simulator, IsReproducible) {
+  SimConfig c = config({1, 0.5, 1, 1, 0.25}, "dd");
+  c.jitter = 0.05;
+  c.emulation.transient_probability = 0.1;
+  c.emulation.transient_factor = 3;
+  c.emulation.transient_steps = 2;
+  c.emulation.seed = 11;
+  const auto a = simulate(c);
+  const auto b = simulate(c);
+  EXPECT_EQ(a.seconds, b.seconds);
+  EXPECT_EQ(a.plan_changes, b.plan_changes);
+  ASSERT_EQ(a.plans.size(), b.plans.size());
+  for (std::size_t k = 0; k < a.plans.size(); ++k) EXPECT_EQ(a.plans[k].batch, b.plans[k].batch);
+  c.emulation.seed = 12;
+  EXPECT_NE(simulate(c).seconds, a.seconds);
+}

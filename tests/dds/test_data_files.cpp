@@ -1,0 +1,311 @@
+// Data sets: the synthetic generator, the in-memory set, the HDF5 round trip with
+// coalesced reads, and every bad-file case (one-line FileError naming file and data set,
+// file left unchanged).
+#include <gtest/gtest.h>
+#include <hdf5.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "antdt/data.hpp"
+#include "antdt/error.hpp"
+
+using namespace antdt::data;
+namespace fs = std::filesystem;
+
+namespace {
+
+class TempDir {
+ public:
+  TempDir() : path_(fs::temp_directory_path() / ("antdt-data-test-" + std::to_string(::getpid()))) {
+    fs::create_directories(path_);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  [[nodiscard]] std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  fs::path path_;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// Writes an HDF5 file with the raw C API, for layouts write_hdf5 refuses to produce.
+void make_file(const std::string& path, const std::function<void(hid_t)>& fill) {
+  const hid_t file = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  ASSERT_GE(file, 0);
+  fill(file);
+  H5Fclose(file);
+}
+
+template <class T>
+void add_set(hid_t file, const char* name, hid_t file_type, hid_t mem_type, std::vector<hsize_t> dims, const std::vector<T>& values) {
+  const hid_t space = H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
+  const hid_t set = H5Dcreate2(file, name, file_type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  ASSERT_GE(set, 0);
+  if (!values.empty()) {
+    ASSERT_GE(H5Dwrite(set, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()), 0);
+  }
+  H5Dclose(set);
+  H5Sclose(space);
+}
+
+void add_num_classes(hid_t file, const char* set_name, std::int32_t classes) {
+  const hid_t set = H5Dopen2(file, set_name, H5P_DEFAULT);
+  const hid_t scalar = H5Screate(H5S_SCALAR);
+  const hid_t attr = H5Acreate2(set, "num_classes", H5T_STD_I32LE, scalar, H5P_DEFAULT, H5P_DEFAULT);
+  H5Awrite(attr, H5T_NATIVE_INT32, &classes);
+  H5Aclose(attr);
+  H5Sclose(scalar);
+  H5Dclose(set);
+}
+
+// A good layout (N x D float32 + N int32), with hooks to break one thing.
+void good_sets(hid_t file, std::int64_t n = 6, std::int64_t d = 3) {
+  add_set(file, "features", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {static_cast<hsize_t>(n), static_cast<hsize_t>(d)},
+          std::vector<float>(static_cast<std::size_t>(n * d), 1.0f));
+  add_set(file, "labels", H5T_STD_I32LE, H5T_NATIVE_INT32, {static_cast<hsize_t>(n)}, std::vector<std::int32_t>(static_cast<std::size_t>(n), 1));
+}
+
+// Opening must throw a one-line FileError mentioning every fragment, and leave the file as it was.
+void expect_file_error(const std::string& path, const std::vector<std::string>& fragments) {
+  const bool existed = fs::exists(path);
+  const std::string before = existed ? slurp(path) : "";
+  const auto mtime = existed ? fs::last_write_time(path) : fs::file_time_type{};
+  try {
+    Hdf5Dataset data(path);
+    ADD_FAILURE() << "opening " << path << " did not throw";
+  } catch (const antdt::FileError& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.find('\n'), std::string::npos) << "one line: " << what;
+    EXPECT_NE(what.find(path), std::string::npos) << "names the file: " << what;
+    for (const auto& f : fragments) EXPECT_NE(what.find(f), std::string::npos) << "mentions '" << f << "': " << what;
+  }
+  if (existed) {
+    EXPECT_EQ(slurp(path), before) << "the file must not be modified";
+    EXPECT_EQ(fs::last_write_time(path), mtime);
+  } else {
+    EXPECT_FALSE(fs::exists(path)) << "a missing file must not be created";
+  }
+}
+
+}  // namespace
+
+TEST(Synthetic, DeterministicPerSeedAndLearnable) {
+  const SyntheticSpec spec{2000, 16, 4, 7, 1.0f};
+  const auto a = make_synthetic(spec);
+  const auto b = make_synthetic(spec);
+  EXPECT_EQ(a.features(), b.features());
+  EXPECT_EQ(a.labels(), b.labels());
+  auto other = spec;
+  other.seed = 8;
+  EXPECT_NE(make_synthetic(other).features(), a.features());
+  // Every class occurs, and a nearest-centroid classifier fitted on the data separates them.
+  std::vector<double> centroid(4 * 16, 0.0);
+  std::vector<int> count(4, 0);
+  for (std::size_t i = 0; i < 2000; ++i) {
+    const auto c = static_cast<std::size_t>(a.labels()[i]);
+    ++count[c];
+    for (std::size_t d = 0; d < 16; ++d) centroid[c * 16 + d] += a.features()[i * 16 + d];
+  }
+  for (std::size_t c = 0; c < 4; ++c) {
+    ASSERT_GT(count[c], 300);
+    for (std::size_t d = 0; d < 16; ++d) centroid[c * 16 + d] /= count[c];
+  }
+  int correct = 0;
+  for (std::size_t i = 0; i < 2000; ++i) {
+    std::size_t best = 0;
+    double best_dist = 1e300;
+    for (std::size_t c = 0; c < 4; ++c) {
+      double dist = 0;
+      for (std::size_t d = 0; d < 16; ++d) dist += std::pow(a.features()[i * 16 + d] - centroid[c * 16 + d], 2);
+      if (dist < best_dist) {
+        best_dist = dist;
+        best = c;
+      }
+    }
+    correct += static_cast<int>(best) == a.labels()[i] ? 1 : 0;
+  }
+  EXPECT_GT(correct, 1900) << "the synthetic task must be learnable";
+  EXPECT_THROW((void)make_synthetic({0, 4, 2, 1}), antdt::UsageError);
+  EXPECT_THROW((void)make_synthetic({10, 4, 2, 1, -1.0f}), antdt::UsageError);
+}
+
+TEST(InMemory, ValidatesAndReadsInRequestOrder) {
+  EXPECT_THROW(InMemoryDataset({1, 2, 3}, {0, 1}, 2, 2), antdt::UsageError);
+  EXPECT_THROW(InMemoryDataset({1, 2}, {2}, 2, 2), antdt::UsageError);
+  InMemoryDataset data({0, 1, 10, 11, 20, 21}, {0, 1, 0}, 2, 2);
+  const std::vector<std::int64_t> idx{2, 0, 2};
+  std::vector<float> f(6);
+  std::vector<std::int32_t> l(3);
+  data.read(idx, f.data(), l.data());
+  EXPECT_EQ(f, (std::vector<float>{20, 21, 0, 1, 20, 21}));
+  EXPECT_EQ(l, (std::vector<std::int32_t>{0, 0, 0}));
+  const std::vector<std::int64_t> bad{3};
+  EXPECT_THROW(data.read(bad, f.data(), l.data()), antdt::UsageError);
+}
+
+TEST(Hdf5, RoundTripWithCoalescedRuns) {
+  TempDir dir;
+  const auto path = dir.file("data.h5");
+  auto source = make_synthetic({1003, 5, 7, 3, 0.5f});
+  write_hdf5(path, source);
+  EXPECT_FALSE(fs::exists(path + ".tmp"));
+  Hdf5Dataset data(path);
+  EXPECT_EQ(data.size(), 1003);
+  EXPECT_EQ(data.dim(), 5);
+  EXPECT_EQ(data.num_classes(), 7);
+
+  std::mt19937_64 rng(5);
+  for (int trial = 0; trial < 40; ++trial) {
+    // A step's indices: a few runs of consecutive indices, like DDS pieces.
+    std::vector<std::int64_t> idx;
+    const int runs = 1 + static_cast<int>(rng() % 4);
+    for (int r = 0; r < runs; ++r) {
+      const auto len = static_cast<std::int64_t>(1 + rng() % 60);
+      const auto start = static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(1003 - len + 1));
+      for (std::int64_t i = 0; i < len; ++i) idx.push_back(start + i);
+    }
+    if (trial % 4 == 3) std::shuffle(idx.begin(), idx.end(), rng);  // scattered: the gather path
+    std::vector<float> got(idx.size() * 5), want(idx.size() * 5);
+    std::vector<std::int32_t> got_l(idx.size()), want_l(idx.size());
+    const auto calls_before = data.read_calls();
+    data.read(idx, got.data(), got_l.data());
+    source.read(idx, want.data(), want_l.data());
+    ASSERT_EQ(got, want) << "trial " << trial;
+    ASSERT_EQ(got_l, want_l);
+    const auto calls = data.read_calls() - calls_before;
+    if (trial % 4 != 3) {
+      EXPECT_LE(calls, runs) << "one hyperslab read per run, never one per row";
+    } else {
+      EXPECT_LT(calls, static_cast<std::int64_t>(idx.size()) / 2 + 2) << "scattered rows are gathered through ranges";
+    }
+  }
+  const std::vector<std::int64_t> out_of_range{1003};
+  std::vector<float> f(5);
+  std::int32_t l = 0;
+  EXPECT_THROW(data.read(out_of_range, f.data(), &l), antdt::UsageError);
+  data.read({}, nullptr, nullptr);
+}
+
+TEST(Hdf5, CustomNamesAndMissingNumClassesAttribute) {
+  TempDir dir;
+  const auto path = dir.file("named.h5");
+  write_hdf5(path, make_synthetic({20, 2, 3, 1}), Hdf5Names{"x", "y"});
+  Hdf5Dataset data(path, Hdf5Names{"x", "y"});
+  EXPECT_EQ(data.size(), 20);
+  EXPECT_EQ(data.num_classes(), 3);
+  // Without the attribute, num_classes is max label + 1.
+  const auto bare = dir.file("bare.h5");
+  make_file(bare, [](hid_t f) {
+    add_set(f, "features", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {3, 1}, std::vector<float>{1, 2, 3});
+    add_set(f, "labels", H5T_STD_I32LE, H5T_NATIVE_INT32, {3}, std::vector<std::int32_t>{0, 4, 2});
+  });
+  EXPECT_EQ(Hdf5Dataset(bare).num_classes(), 5);
+}
+
+TEST(Hdf5, BadFilesGiveOneLineFileErrorsAndStayUnchanged) {
+  TempDir dir;
+  expect_file_error(dir.file("missing.h5"), {"no such file"});
+
+  const auto text = dir.file("text.h5");
+  std::ofstream(text) << "this is not HDF5\n";
+  expect_file_error(text, {"not an HDF5 file"});
+
+  const auto no_labels = dir.file("no_labels.h5");
+  make_file(no_labels, [](hid_t f) {
+    add_set(f, "features", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {4, 2}, std::vector<float>(8, 0.0f));
+  });
+  expect_file_error(no_labels, {"data set 'labels'", "no such data set"});
+
+  const auto no_features = dir.file("no_features.h5");
+  make_file(no_features, [](hid_t f) {
+    add_set(f, "labels", H5T_STD_I32LE, H5T_NATIVE_INT32, {4}, std::vector<std::int32_t>(4, 0));
+  });
+  expect_file_error(no_features, {"data set 'features'", "no such data set"});
+
+  const auto features_1d = dir.file("features_1d.h5");
+  make_file(features_1d, [](hid_t f) {
+    add_set(f, "features", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {4}, std::vector<float>(4, 0.0f));
+    add_set(f, "labels", H5T_STD_I32LE, H5T_NATIVE_INT32, {4}, std::vector<std::int32_t>(4, 0));
+  });
+  expect_file_error(features_1d, {"data set 'features'", "2-D float32", "1-D float32"});
+
+  const auto features_f64 = dir.file("features_f64.h5");
+  make_file(features_f64, [](hid_t f) {
+    add_set(f, "features", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, {4, 2}, std::vector<double>(8, 0.0));
+    add_set(f, "labels", H5T_STD_I32LE, H5T_NATIVE_INT32, {4}, std::vector<std::int32_t>(4, 0));
+  });
+  expect_file_error(features_f64, {"data set 'features'", "2-D float64"});
+
+  const auto labels_i64 = dir.file("labels_i64.h5");
+  make_file(labels_i64, [](hid_t f) {
+    add_set(f, "features", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {4, 2}, std::vector<float>(8, 0.0f));
+    add_set(f, "labels", H5T_STD_I64LE, H5T_NATIVE_INT64, {4}, std::vector<std::int64_t>(4, 0));
+  });
+  expect_file_error(labels_i64, {"data set 'labels'", "1-D int32", "1-D int64"});
+
+  const auto labels_2d = dir.file("labels_2d.h5");
+  make_file(labels_2d, [](hid_t f) {
+    add_set(f, "features", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {4, 2}, std::vector<float>(8, 0.0f));
+    add_set(f, "labels", H5T_STD_I32LE, H5T_NATIVE_INT32, {4, 1}, std::vector<std::int32_t>(4, 0));
+  });
+  expect_file_error(labels_2d, {"data set 'labels'", "2-D int32"});
+
+  const auto counts = dir.file("counts.h5");
+  make_file(counts, [](hid_t f) {
+    add_set(f, "features", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {4, 2}, std::vector<float>(8, 0.0f));
+    add_set(f, "labels", H5T_STD_I32LE, H5T_NATIVE_INT32, {5}, std::vector<std::int32_t>(5, 0));
+  });
+  expect_file_error(counts, {"data set 'labels'", "5 labels", "4 samples"});
+
+  const auto empty = dir.file("empty.h5");
+  make_file(empty, [](hid_t f) {
+    add_set(f, "features", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {0, 2}, std::vector<float>{});
+    add_set(f, "labels", H5T_STD_I32LE, H5T_NATIVE_INT32, {0}, std::vector<std::int32_t>{});
+  });
+  expect_file_error(empty, {"data set 'features'", "N = 0"});
+
+  const auto label_range = dir.file("label_range.h5");
+  make_file(label_range, [](hid_t f) {
+    good_sets(f);
+    add_num_classes(f, "labels", 1);  // labels are all 1: outside [0, 1)
+  });
+  expect_file_error(label_range, {"data set 'labels'", "label 1 of sample 0", "num_classes = 1"});
+
+  const auto negative = dir.file("negative.h5");
+  make_file(negative, [](hid_t f) {
+    add_set(f, "features", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {2, 1}, std::vector<float>{0, 0});
+    add_set(f, "labels", H5T_STD_I32LE, H5T_NATIVE_INT32, {2}, std::vector<std::int32_t>{0, -3});
+    add_num_classes(f, "labels", 2);
+  });
+  expect_file_error(negative, {"data set 'labels'", "label -3 of sample 1"});
+}
+
+TEST(Hdf5, WriteFailureIsAFileErrorAndLeavesNothingBehind) {
+  TempDir dir;
+  const auto path = dir.file("no-such-dir/out.h5");
+  try {
+    write_hdf5(path, make_synthetic({4, 2, 2, 1}));
+    FAIL() << "writing into a missing directory did not throw";
+  } catch (const antdt::FileError& e) {
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos);
+  }
+  EXPECT_FALSE(fs::exists(path));
+}

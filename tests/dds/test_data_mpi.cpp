@@ -1,0 +1,111 @@
+// One shared HDF5 file read by 1-4 ranks, with the independent (sec2) and the collective
+// (MPI-IO) driver. Ranks read different amounts, as they do under an uneven plan: the
+// transfers are independent, so nothing may deadlock. The DDS Service drives one epoch.
+#include <gtest/gtest.h>
+#include <mpi.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "antdt/comm.hpp"
+#include "antdt/data.hpp"
+#include "antdt/dds.hpp"
+#include "antdt/error.hpp"
+#include "dds/service.hpp"
+
+using namespace antdt::data;
+namespace fs = std::filesystem;
+
+namespace {
+
+const SyntheticSpec kSpec{777, 6, 5, 21, 0.5f};
+
+// Rank 0 writes the file; every rank gets its path. Removed by rank 0 at the end.
+class SharedFile {
+ public:
+  explicit SharedFile(const antdt::Communicator& comm) : comm_(comm) {
+    long long id = comm.is_root() ? static_cast<long long>(::getpid()) : 0;
+    MPI_Bcast(&id, 1, MPI_LONG_LONG, 0, comm.get());
+    path_ = (fs::temp_directory_path() / ("antdt-data-mpi-" + std::to_string(id) + ".h5")).string();
+    if (comm.is_root()) write_hdf5(path_, make_synthetic(kSpec));
+    comm.barrier();
+  }
+  SharedFile(const SharedFile&) = delete;
+  SharedFile& operator=(const SharedFile&) = delete;
+  ~SharedFile() {
+    comm_.barrier();
+    std::error_code ec;
+    if (comm_.is_root()) fs::remove(path_, ec);
+  }
+  [[nodiscard]] const std::string& path() const { return path_; }
+
+ private:
+  const antdt::Communicator& comm_;
+  std::string path_;
+};
+
+void check_reads(Dataset& data, InMemoryDataset& truth, const std::vector<std::int64_t>& idx) {
+  std::vector<float> got(idx.size() * 6), want(idx.size() * 6);
+  std::vector<std::int32_t> got_l(idx.size()), want_l(idx.size());
+  data.read(idx, got.data(), got_l.data());
+  truth.read(idx, want.data(), want_l.data());
+  ASSERT_EQ(got, want);
+  ASSERT_EQ(got_l, want_l);
+}
+
+class Modes : public ::testing::TestWithParam<ReadMode> {};
+
+}  // namespace
+
+TEST_P(Modes, UnevenReadsMatchTheSource) {
+  auto comm = antdt::Communicator::duplicate(MPI_COMM_WORLD);
+  SharedFile file(comm);
+  auto truth = make_synthetic(kSpec);
+  Hdf5Dataset data(file.path(), {}, GetParam(), comm.get());
+  EXPECT_EQ(data.size(), kSpec.samples);
+  EXPECT_EQ(data.num_classes(), kSpec.classes);
+  // Rank r does r + 1 reads of different lengths; rank 0 also reads the last sample.
+  for (int k = 0; k <= comm.rank(); ++k) {
+    std::vector<std::int64_t> idx;
+    const std::int64_t start = (comm.rank() * 97 + k * 13) % 700;
+    for (std::int64_t i = 0; i < 30 + k * 7; ++i) idx.push_back(start + i);
+    check_reads(data, truth, idx);
+  }
+  if (comm.is_root()) check_reads(data, truth, {kSpec.samples - 1});
+}
+
+TEST_P(Modes, OneDdsEpochReadsEverySampleOnce) {
+  auto comm = antdt::Communicator::duplicate(MPI_COMM_WORLD);
+  SharedFile file(comm);
+  auto truth = make_synthetic(kSpec);
+  Hdf5Dataset data(file.path(), {}, GetParam(), comm.get());
+  antdt::dds::LedgerOptions o;
+  o.dataset_size = data.size();
+  o.shard_size = 25;
+  o.max_epochs = 1;
+  const std::int64_t demand = 5 + 4 * comm.rank();
+  antdt::dds::Service service(comm, o, demand);
+  std::int64_t mine = 0;
+  while (!service.exhausted()) {
+    const auto idx = service.next(demand);
+    if (!idx.empty()) check_reads(data, truth, idx);
+    mine += static_cast<std::int64_t>(idx.size());
+    service.end_step(demand);
+  }
+  std::int64_t total = 0;
+  MPI_Allreduce(&mine, &total, 1, MPI_INT64_T, MPI_SUM, comm.get());
+  EXPECT_EQ(total, kSpec.samples);
+}
+
+TEST_P(Modes, BadFileFailsOnEveryRankWithoutHanging) {
+  auto comm = antdt::Communicator::duplicate(MPI_COMM_WORLD);
+  SharedFile file(comm);
+  EXPECT_THROW(Hdf5Dataset(file.path(), Hdf5Names{"features", "no_such_labels"}, GetParam(), comm.get()), antdt::FileError);
+  EXPECT_THROW(Hdf5Dataset(file.path() + ".missing", {}, GetParam(), comm.get()), antdt::FileError);
+}
+
+INSTANTIATE_TEST_SUITE_P(Hdf5, Modes, ::testing::Values(ReadMode::independent, ReadMode::collective),
+                         [](const auto& param_info) { return param_info.param == ReadMode::independent ? "independent" : "collective"; });

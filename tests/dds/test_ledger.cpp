@@ -1,0 +1,452 @@
+// Unit tests of ShardMap, Ledger, Coordinator and Client (pure, no MPI).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <set>
+#include <string>
+
+#include "antdt/dds.hpp"
+#include "antdt/error.hpp"
+#include "core/bytes.hpp"
+#include "dds/wire.hpp"
+
+using namespace antdt::dds;
+
+namespace {
+
+LedgerOptions opts(std::int64_t n, std::int64_t shard, bool shuffle = false, std::int64_t max_epochs = 0) {
+  LedgerOptions o;
+  o.dataset_size = n;
+  o.shard_size = shard;
+  o.seed = 42;
+  o.shuffle_shards = shuffle;
+  o.max_epochs = max_epochs;
+  return o;
+}
+
+std::int64_t total(const std::vector<Grant>& runs) {
+  std::int64_t t = 0;
+  for (const auto& g : runs) t += g.size();
+  return t;
+}
+
+}  // namespace
+
+TEST(ShardMap, GeometryWithShortLastShard) {
+  const ShardMap map(opts(10, 3));
+  EXPECT_EQ(map.num_shards(), 4);
+  EXPECT_EQ(map.shard_length(0), 3);
+  EXPECT_EQ(map.shard_length(3), 1);
+  EXPECT_EQ(map.sample_index(0, 3, 0), 9);
+  EXPECT_THROW((void)map.shard_length(4), antdt::UsageError);
+  EXPECT_THROW((void)map.sample_index(0, 3, 1), antdt::UsageError);
+}
+
+TEST(ShardMap, DefaultShardSizeIsTenMicroBatchesClampedToN) {
+  EXPECT_EQ(default_shard_size(100000, 32), 320);
+  EXPECT_EQ(default_shard_size(100, 32), 100);
+  EXPECT_EQ(default_shard_size(5, 0), 5);
+  EXPECT_EQ(default_shard_size(1, 1), 1);
+  EXPECT_THROW((void)default_shard_size(0, 32), antdt::UsageError);
+  EXPECT_EQ(ShardMap(opts(1000, 0)).shard_size(), 320);
+  EXPECT_EQ(ShardMap(opts(7, 100)).shard_size(), 7);
+}
+
+TEST(ShardMap, RejectsBadOptions) {
+  EXPECT_THROW(ShardMap(opts(0, 1)), antdt::UsageError);
+  EXPECT_THROW(ShardMap(opts(10, -1)), antdt::UsageError);
+  EXPECT_THROW(ShardMap(opts(10, 1, false, -1)), antdt::UsageError);
+}
+
+TEST(ShardMap, ShardOrderIsAPermutationPerEpochAndVariesWithEpochAndSeed) {
+  for (std::int64_t shards : {1, 2, 3, 5, 16, 17, 100, 1000}) {
+    auto o = opts(shards * 2 - 1, 2, true);
+    const ShardMap map(o);
+    ASSERT_EQ(map.num_shards(), shards);
+    std::vector<std::int64_t> e0, e1;
+    for (std::int64_t epoch : {0, 1}) {
+      std::vector<bool> seen(static_cast<std::size_t>(shards), false);
+      for (std::int64_t k = 0; k < shards; ++k) {
+        const auto s = map.shard_at(epoch, k);
+        ASSERT_GE(s, 0);
+        ASSERT_LT(s, shards);
+        ASSERT_FALSE(seen[static_cast<std::size_t>(s)]) << "shard repeated in one epoch's order";
+        seen[static_cast<std::size_t>(s)] = true;
+        EXPECT_EQ(map.order_of(epoch, s), k);
+        (epoch == 0 ? e0 : e1).push_back(s);
+      }
+    }
+    if (shards >= 16) {
+      EXPECT_NE(e0, e1) << "epochs should visit shards in different orders";
+      std::vector<std::int64_t> identity(static_cast<std::size_t>(shards));
+      std::iota(identity.begin(), identity.end(), 0);
+      EXPECT_NE(e0, identity);
+      o.seed = 43;
+      std::vector<std::int64_t> other;
+      for (std::int64_t k = 0; k < shards; ++k) other.push_back(ShardMap(o).shard_at(0, k));
+      EXPECT_NE(e0, other) << "the seed must change the order";
+    }
+  }
+}
+
+TEST(ShardMap, WithinShardShuffleIsABijectionOnEachShard) {
+  auto o = opts(103, 10, true);
+  o.shuffle_within_shard = true;
+  const ShardMap map(o);
+  for (std::int64_t epoch : {0, 5}) {
+    std::vector<int> hits(103, 0);
+    bool moved = false;
+    for (std::int64_t s = 0; s < map.num_shards(); ++s) {
+      std::vector<std::int64_t> run;
+      map.append_indices(Grant{epoch, s, 0, map.shard_length(s), 0}, run);
+      ASSERT_EQ(static_cast<std::int64_t>(run.size()), map.shard_length(s));
+      for (std::int64_t p = 0; p < map.shard_length(s); ++p) {
+        const auto idx = run[static_cast<std::size_t>(p)];
+        EXPECT_EQ(idx, map.sample_index(epoch, s, p));
+        EXPECT_GE(idx, s * 10);
+        EXPECT_LT(idx, s * 10 + map.shard_length(s));
+        moved = moved || idx != s * 10 + p;
+        ++hits[static_cast<std::size_t>(idx)];
+      }
+    }
+    EXPECT_TRUE(moved);
+    for (int h : hits) EXPECT_EQ(h, 1);
+  }
+}
+
+TEST(Ledger, AcquireConsumeCommitAcrossPieces) {
+  Ledger ledger(opts(10, 4), 2);
+  auto a = ledger.acquire(0);
+  auto b = ledger.acquire(0);
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(*a, (Grant{0, 0, 0, 4, 0}));
+  EXPECT_EQ(*b, (Grant{0, 1, 0, 4, 0}));
+  EXPECT_EQ(ledger.held(0), 8);
+  const auto runs = ledger.consume(0, 6);
+  ASSERT_EQ(runs.size(), 2U);
+  EXPECT_EQ(runs[0], (Grant{0, 0, 0, 4, 0}));
+  EXPECT_EQ(runs[1], (Grant{0, 1, 0, 2, 0}));
+  EXPECT_EQ(ledger.held(0), 2);
+  EXPECT_EQ(ledger.counts(), (std::vector<Ledger::EpochCounts>{{0, 2, 8, 0}}));
+  EXPECT_EQ(ledger.commit(0), 6);
+  EXPECT_EQ(ledger.counts(), (std::vector<Ledger::EpochCounts>{{0, 2, 2, 6}}));
+  EXPECT_EQ(ledger.commit(0), 0);
+  EXPECT_EQ(total(ledger.consume(0, 100)), 2) << "consume returns fewer when the rank holds fewer";
+  ledger.check_identity();
+}
+
+TEST(Ledger, NextEpochOpensWhenTodoRunsOutAndCompletesIndependently) {
+  Ledger ledger(opts(4, 2), 2);
+  ASSERT_TRUE(ledger.acquire(0));  // epoch 0 shard 0
+  ASSERT_TRUE(ledger.acquire(1));  // epoch 0 shard 1
+  const auto next = ledger.acquire(0);
+  ASSERT_TRUE(next);
+  EXPECT_EQ(next->epoch, 1) << "no TODO left in epoch 0: a new epoch opens so no rank starves";
+  EXPECT_EQ(ledger.current_epoch(), 0);
+  (void)ledger.consume(0, 4);  // epoch 0 shard 0 and epoch 1's first piece
+  ledger.commit(0);
+  EXPECT_EQ(ledger.completed_epochs(), 0);
+  (void)ledger.consume(1, 2);
+  ledger.commit(1);
+  EXPECT_EQ(ledger.completed_epochs(), 1);
+  EXPECT_EQ(ledger.completed_list(), std::vector<std::int64_t>{0});
+  EXPECT_EQ(ledger.current_epoch(), 1);
+  ledger.check_identity();
+}
+
+TEST(Ledger, FailRankReturnsOnlyUncommittedTailsToTheFront) {
+  Ledger ledger(opts(12, 4), 2);
+  (void)ledger.acquire(0);  // shard 0
+  (void)ledger.acquire(0);  // shard 1
+  (void)ledger.consume(0, 3);
+  ledger.commit(0);
+  (void)ledger.consume(0, 2);  // consumed, not committed: must come back too
+  EXPECT_EQ(ledger.fail_rank(0), 5);
+  EXPECT_EQ(ledger.held(0), 0);
+  EXPECT_EQ(ledger.counts(), (std::vector<Ledger::EpochCounts>{{0, 9, 0, 3}}));
+  // The tails come first, in order, before the untouched shard 2.
+  EXPECT_EQ(*ledger.acquire(1), (Grant{0, 0, 3, 4, 1}));
+  EXPECT_EQ(*ledger.acquire(1), (Grant{0, 1, 0, 4, 1}));
+  EXPECT_EQ(*ledger.acquire(1), (Grant{0, 2, 0, 4, 1}));
+  ledger.check_identity();
+}
+
+TEST(Ledger, DropReturnsTheStepsConsumptionAndKeepsTheRemainder) {
+  Ledger ledger(opts(8, 8), 2);
+  (void)ledger.acquire(1);
+  (void)ledger.consume(1, 2);
+  ledger.commit(1);
+  (void)ledger.consume(1, 3);
+  EXPECT_EQ(ledger.drop(1), 3);
+  EXPECT_EQ(ledger.held(1), 3) << "the unconsumed remainder stays with the backup";
+  EXPECT_EQ(ledger.counts(), (std::vector<Ledger::EpochCounts>{{0, 3, 3, 2}}));
+  EXPECT_EQ(ledger.consume(1, 1)[0], (Grant{0, 0, 5, 6, 1}));
+  EXPECT_EQ(*ledger.acquire(0), (Grant{0, 0, 2, 5, 0}));
+  ledger.check_identity();
+}
+
+TEST(Ledger, MaxEpochsStopsAndExhausts) {
+  Ledger ledger(opts(3, 2, true, 1), 1);
+  std::int64_t got = 0;
+  while (auto g = ledger.acquire(0)) got += g->size();
+  EXPECT_EQ(got, 3);
+  EXPECT_FALSE(ledger.exhausted());
+  (void)ledger.consume(0, 3);
+  ledger.commit(0);
+  EXPECT_TRUE(ledger.exhausted());
+  EXPECT_FALSE(ledger.acquire(0).has_value());
+}
+
+TEST(Ledger, RejectsBadRanks) {
+  Ledger ledger(opts(3, 1), 2);
+  EXPECT_THROW((void)ledger.acquire(2), antdt::UsageError);
+  EXPECT_THROW((void)ledger.held(-1), antdt::UsageError);
+  EXPECT_THROW((void)ledger.consume(0, -1), antdt::UsageError);
+  EXPECT_THROW(Ledger(opts(3, 1), 0), antdt::UsageError);
+}
+
+TEST(Ledger, SerializeRestoreTurnsDoingTailsIntoReservedTodo) {
+  Ledger ledger(opts(20, 5, true), 2);
+  (void)ledger.acquire(0);
+  (void)ledger.acquire(1);
+  (void)ledger.acquire(0);
+  (void)ledger.consume(0, 7);
+  ledger.commit(0);
+  (void)ledger.consume(1, 1);  // uncommitted: comes back
+  const auto bytes = ledger.serialize();
+
+  Ledger same = Ledger::restore(bytes, 2);
+  same.check_identity();
+  EXPECT_EQ(same.counts(), (std::vector<Ledger::EpochCounts>{{0, 13, 0, 7}}));
+  EXPECT_EQ(same.reserved(0), 3);
+  EXPECT_EQ(same.reserved(1), 5);
+  // Rank 1 asks first, but gets its own tail, not rank 0's.
+  const auto g = same.acquire(1);
+  EXPECT_EQ(g->rank, 1);
+  EXPECT_EQ(g->size(), 5);
+  EXPECT_EQ(g->begin, 0);
+
+  Ledger other = Ledger::restore(bytes, 3);
+  other.check_identity();
+  EXPECT_EQ(other.reserved(0) + other.reserved(1) + other.reserved(2), 0) << "another world size: tails are free";
+  const auto first = other.acquire(2);
+  EXPECT_EQ(first->begin, 2) << "tails are at the front of TODO";
+}
+
+TEST(Ledger, RestoreRejectsBadBytes) {
+  Ledger ledger(opts(20, 5), 2);
+  (void)ledger.acquire(0);
+  auto bytes = ledger.serialize();
+  EXPECT_THROW(Ledger::restore(std::span(bytes).first(bytes.size() - 3), 2), antdt::CheckpointError);
+  auto bad = bytes;
+  bad[0] = std::byte{0};
+  EXPECT_THROW(Ledger::restore(bad, 2), antdt::CheckpointError);
+  bad = bytes;
+  bad.push_back(std::byte{1});
+  EXPECT_THROW(Ledger::restore(bad, 2), antdt::CheckpointError);
+  EXPECT_THROW(Ledger::restore({}, 2), antdt::CheckpointError);
+  // A count that breaks the identity: the "todo" field of the open epoch.
+  bad = bytes;
+  const std::size_t header = 8 + 4 + 8 + 8 + 8 + 1 + 1 + 8 + 4 + 8 + 8 + 8;  // ... through open epoch count
+  bad[header + 16] = std::byte{99};
+  EXPECT_THROW(Ledger::restore(bad, 2), antdt::CheckpointError);
+}
+
+TEST(Coordinator, GrantTopsUpToPrefetchTimesDemandLowestRankFirst) {
+  Coordinator coordinator(opts(100, 4), 3, 2);
+  const auto grants = coordinator.grant({5, 0, 3});
+  EXPECT_GE(coordinator.ledger().held(0), 10);
+  EXPECT_EQ(coordinator.ledger().held(1), 0);
+  EXPECT_GE(coordinator.ledger().held(2), 6);
+  ASSERT_GE(grants.size(), 2U);
+  EXPECT_EQ(grants[0].rank, 0);
+  EXPECT_EQ(grants[1].rank, 2) << "one piece at a time, round robin from rank 0";
+  EXPECT_TRUE(coordinator.grant({5, 0, 3}).empty()) << "nothing more while everyone holds enough";
+  EXPECT_THROW(coordinator.grant({1, 1}), antdt::UsageError);
+  EXPECT_THROW(coordinator.grant({1, -1, 1}), antdt::UsageError);
+}
+
+TEST(Coordinator, CommitStepRejectsOverReportWithoutChangingState) {
+  Coordinator coordinator(opts(50, 5), 2);
+  (void)coordinator.grant({3, 3});
+  const auto before = coordinator.serialize();
+  EXPECT_THROW(coordinator.commit_step({1, 1000}), antdt::Error);
+  EXPECT_EQ(coordinator.serialize(), before);
+  EXPECT_THROW(coordinator.commit_step({1}), antdt::UsageError);
+}
+
+TEST(Coordinator, ClientTakesExactlyWhatIsCommittedAndCoverageIsClean) {
+  for (bool within : {false, true}) {
+    auto o = opts(37, 4, true, 3);
+    o.shuffle_within_shard = within;
+    const int world = 3;
+    Coordinator coordinator(o, world);
+    std::vector<Client> clients(world, Client(o));
+    std::vector<std::int64_t> counts(37, 0);
+    const std::vector<std::int64_t> demand{5, 2, 7};
+    for (int step = 0; step < 200 && !coordinator.ledger().exhausted(); ++step) {
+      const auto grants = coordinator.grant(demand);
+      for (int r = 0; r < world; ++r) clients[static_cast<std::size_t>(r)].add(grants, r);
+      std::vector<std::int64_t> consumed(world);
+      for (int r = 0; r < world; ++r) {
+        const auto idx = clients[static_cast<std::size_t>(r)].take(demand[static_cast<std::size_t>(r)]);
+        consumed[static_cast<std::size_t>(r)] = static_cast<std::int64_t>(idx.size());
+        for (auto i : idx) ++counts[static_cast<std::size_t>(i)];
+        EXPECT_EQ(clients[static_cast<std::size_t>(r)].held(), coordinator.ledger().held(r) - consumed[static_cast<std::size_t>(r)]);
+      }
+      coordinator.commit_step(consumed);
+    }
+    ASSERT_TRUE(coordinator.ledger().exhausted());
+    for (auto c : counts) EXPECT_EQ(c, 3) << "every index exactly once in each of 3 epochs";
+    ASSERT_EQ(coordinator.coverage().size(), 3U);
+    for (const auto& c : coordinator.coverage()) {
+      EXPECT_EQ(c.committed, 37);
+      EXPECT_EQ(c.missing, 0);
+      EXPECT_EQ(c.duplicated, 0);
+    }
+  }
+}
+
+TEST(Coordinator, DroppedRanksConsumptionGoesBackAndIsServedAgain) {
+  const auto o = opts(24, 6, false, 1);
+  Coordinator coordinator(o, 2, 1);
+  std::vector<Client> clients(2, Client(o));
+  auto grants = coordinator.grant({6, 6});
+  clients[0].add(grants, 0);
+  clients[1].add(grants, 1);
+  const auto backup = clients[1].take(4);
+  (void)clients[0].take(6);
+  const auto result = coordinator.commit_step({6, 4}, {1});
+  EXPECT_EQ(result.committed, 6);
+  EXPECT_EQ(result.returned, 4);
+  // Rank 1 keeps its remainder; the dropped four are served to whoever asks next.
+  EXPECT_EQ(coordinator.ledger().held(1), 2);
+  grants = coordinator.grant({6, 6});
+  clients[0].add(grants, 0);
+  clients[1].add(grants, 1);
+  const auto again = clients[0].take(4);
+  EXPECT_EQ(again, backup);
+}
+
+TEST(Coordinator, CoverageCatchesALedgerThatCommitsTwice) {
+  // Simulate the bug the coverage counter exists for: restoring an old checkpoint after
+  // progress was committed replays committed work. The counter, restored from the newer
+  // state, must report the duplicates.
+  const auto o = opts(10, 5, false, 1);
+  Coordinator coordinator(o, 1, 1);
+  (void)coordinator.grant({5});
+  const auto old_ledger = coordinator.ledger().serialize();
+  coordinator.commit_step({5});
+  // Rebuild the coordinator blob (magic, version, ledger, coverage...) with the old ledger.
+  const auto bytes_new = coordinator.serialize();
+  antdt::detail::ByteReader in(bytes_new);
+  antdt::detail::ByteWriter out;
+  out.put(in.get<std::uint64_t>());
+  out.put(in.get<std::uint32_t>());
+  (void)in.get_vector<std::byte>();
+  out.put_vector(old_ledger);
+  while (!in.done()) out.put(in.get<std::byte>());
+  const auto bytes = out.take();
+  auto replay = Coordinator::restore(bytes, 1, 1);
+  Client client(o);
+  for (int step = 0; step < 4 && !replay.ledger().exhausted(); ++step) {
+    client.add(replay.grant({5}), 0);
+    replay.commit_step({static_cast<std::int64_t>(client.take(5).size())});
+  }
+  ASSERT_EQ(replay.coverage().size(), 1U);
+  EXPECT_EQ(replay.coverage()[0].duplicated, 5);
+  EXPECT_EQ(replay.coverage()[0].missing, 0);
+}
+
+TEST(Coordinator, RestoreOnSameWorldSizeReplaysTheUninterruptedRunExactly) {
+  for (bool within : {false, true}) {
+    auto o = opts(53, 4, true, 4);
+    o.shuffle_within_shard = within;
+    const int world = 3;
+    auto demand_at = [](int step) {
+      return std::vector<std::int64_t>{3 + step % 3, step % 5 == 0 ? 0 : 2, 6};
+    };
+    // Returns per-rank index sequences of steps [from, to).
+    using Trace = std::vector<std::vector<std::int64_t>>;
+    auto run = [&](Coordinator& c, std::vector<Client>& clients, int from, int to, Trace& trace) {
+      for (int step = from; step < to; ++step) {
+        const auto demand = demand_at(step);
+        std::vector<std::int64_t> consumed(world);
+        for (int r = 0; r < world; ++r) {
+          auto idx = clients[static_cast<std::size_t>(r)].take(demand[static_cast<std::size_t>(r)]);
+          consumed[static_cast<std::size_t>(r)] = static_cast<std::int64_t>(idx.size());
+          trace[static_cast<std::size_t>(r)].insert(trace[static_cast<std::size_t>(r)].end(), idx.begin(), idx.end());
+        }
+        c.commit_step(consumed);
+        const auto grants = c.grant(demand_at(step + 1));
+        for (int r = 0; r < world; ++r) clients[static_cast<std::size_t>(r)].add(grants, r);
+      }
+    };
+    auto start = [&](Coordinator& c, std::vector<Client>& clients) {
+      const auto grants = c.grant(demand_at(0));
+      for (int r = 0; r < world; ++r) clients[static_cast<std::size_t>(r)].add(grants, r);
+    };
+    Trace straight(world), resumed(world);
+    {
+      Coordinator c(o, world);
+      std::vector<Client> clients(world, Client(o));
+      start(c, clients);
+      run(c, clients, 0, 60, straight);
+    }
+    for (int cut : {1, 7, 23}) {
+      resumed.assign(world, {});
+      Coordinator c(o, world);
+      std::vector<Client> clients(world, Client(o));
+      start(c, clients);
+      run(c, clients, 0, cut, resumed);
+      const auto bytes = c.serialize();
+      Coordinator back = Coordinator::restore(bytes, world);
+      std::vector<Client> fresh(world, Client(o));
+      const auto grants = back.grant(demand_at(cut));  // the demand in force when the checkpoint was taken
+      for (int r = 0; r < world; ++r) fresh[static_cast<std::size_t>(r)].add(grants, r);
+      run(back, fresh, cut, 60, resumed);
+      EXPECT_EQ(resumed, straight) << "cut at step " << cut << (within ? " (shuffled within shards)" : "");
+      for (const auto& cov : back.coverage()) {
+        EXPECT_EQ(cov.missing, 0);
+        EXPECT_EQ(cov.duplicated, 0);
+      }
+    }
+  }
+}
+
+TEST(Coordinator, RestoreRejectsBadBytes) {
+  Coordinator coordinator(opts(30, 5), 2);
+  (void)coordinator.grant({3, 3});
+  auto bytes = coordinator.serialize();
+  EXPECT_THROW(Coordinator::restore(std::span(bytes).first(bytes.size() / 2), 2), antdt::CheckpointError);
+  bytes[2] = std::byte{0x7f};
+  EXPECT_THROW(Coordinator::restore(bytes, 2), antdt::CheckpointError);
+}
+
+TEST(Wire, GrantsRoundTripAndShortBuffersThrow) {
+  const std::vector<Grant> grants{{0, 3, 0, 10, 0}, {7, 1, 2, 5, 3}, {1LL << 40, 9, 0, 1, 2}};
+  antdt::detail::ByteWriter w;
+  encode_grants(grants, w);
+  EXPECT_EQ(w.bytes().size(), 8 + grants.size() * kGrantWireBytes);
+  antdt::detail::ByteReader r(w.bytes());
+  EXPECT_EQ(decode_grants(r), grants);
+  EXPECT_TRUE(r.done());
+  const auto bytes = w.take();
+  antdt::detail::ByteReader short_reader{std::span<const std::byte>(bytes).first(bytes.size() - 1)};
+  EXPECT_THROW(decode_grants(short_reader), antdt::Error);
+}
+
+TEST(Client, KeepsOnlyItsOwnGrantsAndTakesAcrossThem) {
+  const auto o = opts(20, 5);
+  Client client(o);
+  client.add({{0, 0, 0, 5, 1}, {0, 1, 0, 5, 0}, {0, 2, 3, 5, 1}}, 1);
+  EXPECT_EQ(client.held(), 7);
+  EXPECT_EQ(client.take(6), (std::vector<std::int64_t>{0, 1, 2, 3, 4, 13}));
+  EXPECT_EQ(client.take(5), (std::vector<std::int64_t>{14}));
+  EXPECT_EQ(client.held(), 0);
+  client.add({{0, 3, 0, 5, 1}}, 1);
+  client.clear();
+  EXPECT_EQ(client.held(), 0);
+  EXPECT_TRUE(client.take(3).empty());
+}

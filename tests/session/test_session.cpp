@@ -1,0 +1,344 @@
+// Session integration over MPI: the Monitor -> Controller -> Agent loop with the DDS, at
+// 1 to 4 ranks, with emulated speeds (virtual device: ranks wait out modelled compute, so
+// they do not compete for this machine's cores).
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <numeric>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "antdt/checkpoint.hpp"
+#include "antdt/device.hpp"
+#include "antdt/error.hpp"
+#include "antdt/model.hpp"
+#include "antdt/reduce.hpp"
+#include "antdt/session.hpp"
+
+using namespace antdt;
+
+namespace {
+
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+int world_size() {
+  int s = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &s);
+  return s;
+}
+
+// Speeds 1,...,1,0.33: the last rank is the slow one (all 1 on a single rank).
+std::vector<double> slow_last(int n) {
+  std::vector<double> v(static_cast<std::size_t>(n), 1.0);
+  if (n > 1) v.back() = 0.33;
+  return v;
+}
+
+SessionOptions dd_options(std::int64_t n, std::int64_t batch, std::int64_t steps) {
+  SessionOptions o;
+  o.dataset_size = n;
+  o.global_batch = batch;
+  o.max_steps = steps;
+  o.controller.policy = "dd";
+  o.controller.min_interval = 4;
+  o.controller.window = 8;
+  o.controller.persistence = 2;
+  o.emulation.speeds = slow_last(world_size());
+  o.emulation.virtual_seconds_per_sample = 1e-4;
+  return o;
+}
+
+// Every rank's vector, concatenated in rank order, on every rank.
+std::vector<std::int64_t> allgather(const std::vector<std::int64_t>& mine, MPI_Comm comm) {
+  int size = 0;
+  MPI_Comm_size(comm, &size);
+  int n = static_cast<int>(mine.size());
+  std::vector<int> counts(static_cast<std::size_t>(size)), displs(static_cast<std::size_t>(size));
+  MPI_Allgather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, comm);
+  std::partial_sum(counts.begin(), counts.end() - 1, displs.begin() + 1);
+  std::vector<std::int64_t> all(static_cast<std::size_t>(displs.back() + counts.back()));
+  MPI_Allgatherv(mine.data(), n, MPI_INT64_T, all.data(), counts.data(), displs.data(), MPI_INT64_T, comm);
+  return all;
+}
+
+// Runs steps with no model: compute time is the emulator's modelled time.
+std::vector<std::vector<std::int64_t>> run_steps(Session& s, std::int64_t steps, std::vector<std::int64_t>* versions = nullptr) {
+  std::vector<std::vector<std::int64_t>> used;
+  for (std::int64_t i = 0; i < steps && !s.finished(); ++i) {
+    StepWork w = s.begin_step();
+    if (versions) versions->push_back(w.plan_version);
+    used.push_back(w.samples);
+    s.end_step();
+  }
+  return used;
+}
+
+}  // namespace
+
+TEST(Session, SplitSettlesNearSpeedProportionalShares) {
+  const int p = world_size();
+  if (p < 2) GTEST_SKIP() << "needs at least 2 ranks to have a slow one";
+  auto opt = dd_options(100000, 64, 70);
+  Session s(MPI_COMM_WORLD, opt);
+  run_steps(s, 70);
+  const auto& b = s.plan().batch;
+  ASSERT_EQ(static_cast<int>(b.size()), p);
+  EXPECT_EQ(std::accumulate(b.begin(), b.end(), std::int64_t{0}), 64) << "the global batch stays fixed";
+  const double total_speed = (p - 1) + 0.33;
+  for (int r = 0; r < p; ++r) {
+    const double ideal = 64.0 * opt.emulation.speeds[static_cast<std::size_t>(r)] / total_speed;
+    EXPECT_NEAR(static_cast<double>(b[static_cast<std::size_t>(r)]), ideal, std::max(2.0, 0.15 * ideal))
+        << "rank " << r << " share; plan: " << s.plan().reason;
+  }
+  if (s.rank() == 0) {
+    const auto x = s.rank_throughput();
+    EXPECT_NEAR(x.back() / x.front(), 0.33, 0.05) << "the Monitor sees the emulated speed ratio";
+    EXPECT_GE(s.plan_history().size(), 2u) << "dd changed the plan at least once";
+  }
+}
+
+TEST(Session, AllRanksSwitchPlansAtTheSameStepUnderRandomDelays) {
+  auto opt = dd_options(5000, 48, 40);
+  Session s(MPI_COMM_WORLD, opt);
+  std::mt19937 rng(1234u + static_cast<unsigned>(world_rank()));
+  std::uniform_int_distribution<int> delay_us(0, 3000);
+  std::vector<std::int64_t> versions;
+  while (!s.finished()) {
+    // Random, rank-dependent delays between the collective calls must not desynchronise plans.
+    std::this_thread::sleep_for(std::chrono::microseconds(delay_us(rng)));
+    StepWork w = s.begin_step();
+    versions.push_back(w.plan_version);
+    std::this_thread::sleep_for(std::chrono::microseconds(delay_us(rng)));
+    s.end_step();
+  }
+  ASSERT_EQ(versions.size(), 40u);
+  std::vector<std::int64_t> from_root = versions;
+  MPI_Bcast(from_root.data(), static_cast<int>(from_root.size()), MPI_INT64_T, 0, MPI_COMM_WORLD);
+  EXPECT_EQ(versions, from_root) << "every rank applies every plan at the same step";
+  if (world_size() > 1) {
+    EXPECT_GT(versions.back(), versions.front()) << "at least one plan change happened";
+  }
+}
+
+TEST(Session, EverySampleOnceAcrossEpochsWhilePlansChange) {
+  const std::int64_t n = 997;  // prime: not divisible by any batch or world size
+  auto opt = dd_options(n, 40, 0);
+  opt.max_epochs = 3;
+  opt.shard_size = 17;
+  Session s(MPI_COMM_WORLD, opt);
+  std::vector<std::int64_t> mine;
+  while (!s.finished()) {
+    StepWork w = s.begin_step();
+    mine.insert(mine.end(), w.samples.begin(), w.samples.end());
+    s.end_step();
+  }
+  const auto all = allgather(mine, MPI_COMM_WORLD);
+  std::vector<int> count(static_cast<std::size_t>(n), 0);
+  for (auto i : all) {
+    ASSERT_GE(i, 0);
+    ASSERT_LT(i, n);
+    ++count[static_cast<std::size_t>(i)];
+  }
+  for (std::int64_t i = 0; i < n; ++i) ASSERT_EQ(count[static_cast<std::size_t>(i)], 3) << "sample " << i;
+  if (s.rank() == 0) {
+    const auto cov = s.coverage();
+    ASSERT_EQ(cov.size(), 3u);
+    for (const auto& c : cov) {
+      EXPECT_EQ(c.committed, n);
+      EXPECT_EQ(c.missing, 0);
+      EXPECT_EQ(c.duplicated, 0);
+    }
+  }
+  EXPECT_EQ(s.samples_committed(), 3 * n);
+}
+
+TEST(Session, TinyDataSetSmallerThanOneStep) {
+  // N < B: every step spans several epochs; still exactly once per epoch.
+  SessionOptions o;
+  o.dataset_size = 5;
+  o.global_batch = 12;
+  o.max_epochs = 7;
+  o.controller.policy = "static";
+  Session s(MPI_COMM_WORLD, o);
+  std::vector<std::int64_t> mine;
+  while (!s.finished()) {
+    StepWork w = s.begin_step();
+    mine.insert(mine.end(), w.samples.begin(), w.samples.end());
+    s.end_step();
+  }
+  const auto all = allgather(mine, MPI_COMM_WORLD);
+  std::vector<int> count(5, 0);
+  for (auto i : all) ++count[static_cast<std::size_t>(i)];
+  EXPECT_EQ(count, std::vector<int>(5, 7));
+}
+
+TEST(Session, TrainingUnderDdMatchesOneRankOnTheSameSamples) {
+  // Invariant 2 through the whole loop: uneven, changing splits with accumulation still give
+  // the parameters one rank gets from the same samples.
+  const std::int64_t dim = 6, classes = 3, n = 600;
+  auto sample = [&](std::int64_t i, float* x, std::int32_t* y) {
+    for (std::int64_t j = 0; j < dim; ++j) x[j] = std::sin(0.37f * static_cast<float>(i * (j + 1)) + static_cast<float>(j));
+    *y = static_cast<std::int32_t>(i % classes);
+  };
+  MlpConfig mc;
+  mc.layers = {dim, 10, classes};
+  mc.learning_rate = 0.1f;
+  const DeviceInfo host = select_device(0, DevicePreference::host);
+  auto model = make_mlp(mc, host);
+  auto reference = make_mlp(mc, host);  // every rank keeps a one-rank reference
+
+  auto opt = dd_options(n, 30, 24);
+  opt.micro_batch_cap = 4;  // shares above 4 run as accumulation micro-steps
+  opt.gradient_bytes = model->gradient_count() * 4;
+  Session s(MPI_COMM_WORLD, opt);
+  auto reducer = make_reducer(s.comm(), host);
+  std::vector<float> x, xr;
+  std::vector<std::int32_t> y, yr;
+  bool accumulated = false;
+  double worst = 0;
+  while (!s.finished()) {
+    // The reference starts every step from the distributed model's state, so each step's
+    // update is compared on its own (errors would otherwise compound over steps).
+    reference->set_parameters(model->parameters());
+    reference->set_optimizer_state(model->optimizer_state());
+    StepWork w = s.begin_step();
+    const auto m = static_cast<std::int64_t>(w.samples.size());
+    x.resize(static_cast<std::size_t>(m * dim));
+    y.resize(static_cast<std::size_t>(m));
+    for (std::int64_t k = 0; k < m; ++k) sample(w.samples[static_cast<std::size_t>(k)], &x[static_cast<std::size_t>(k * dim)], &y[static_cast<std::size_t>(k)]);
+    s.mark_data_ready();
+    model->zero_gradients();
+    std::int64_t off = 0;
+    for (auto mb : w.micro_batches) {
+      model->accumulate(x.data() + off * dim, y.data() + off, mb);
+      off += mb;
+    }
+    accumulated = accumulated || w.micro_batches.size() > 1;
+    s.reduce_sums(model->gradient_buffer(), model->gradient_count(), *reducer);
+    model->apply_update();
+    s.end_step();
+
+    const auto all = allgather(w.samples, MPI_COMM_WORLD);
+    const auto total = static_cast<std::int64_t>(all.size());
+    xr.resize(static_cast<std::size_t>(total * dim));
+    yr.resize(static_cast<std::size_t>(total));
+    for (std::int64_t k = 0; k < total; ++k) sample(all[static_cast<std::size_t>(k)], &xr[static_cast<std::size_t>(k * dim)], &yr[static_cast<std::size_t>(k)]);
+    reference->zero_gradients();
+    reference->accumulate(xr.data(), yr.data(), total);
+    reference->apply_update();
+    const auto p = model->parameters();
+    const auto q = reference->parameters();
+    ASSERT_EQ(p.size(), q.size());
+    for (std::size_t i = 0; i < p.size(); ++i) {
+      worst = std::max(worst, std::abs(static_cast<double>(p[i]) - q[i]) / std::max(1e-3, std::abs(static_cast<double>(q[i]))));
+    }
+  }
+  EXPECT_LT(worst, 1e-5) << "largest relative parameter difference of one step's update, over 24 steps";
+  int any_acc = accumulated ? 1 : 0;
+  MPI_Allreduce(MPI_IN_PLACE, &any_acc, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  EXPECT_EQ(any_acc, 1) << "the test must exercise gradient accumulation";
+}
+
+TEST(Session, UserReduceAveragesOverAllSamples) {
+  SessionOptions o;
+  o.dataset_size = 100;
+  o.global_batch = 10;
+  o.max_steps = 1;
+  o.controller.policy = "static";
+  Session s(MPI_COMM_WORLD, o);
+  StepWork w = s.begin_step();
+  // Gradient sum of sample i is (i, 1): the mean over the step is (mean index, 1).
+  std::vector<float> g(2, 0.0f);
+  for (auto i : w.samples) g[0] += static_cast<float>(i), g[1] += 1.0f;
+  const auto all = allgather(w.samples, MPI_COMM_WORLD);
+  const std::int64_t b = s.reduce(g, static_cast<std::int64_t>(w.samples.size()));
+  s.end_step();
+  EXPECT_EQ(b, 10);
+  EXPECT_NEAR(g[0], std::accumulate(all.begin(), all.end(), 0.0) / 10.0, 1e-4);
+  EXPECT_FLOAT_EQ(g[1], 1.0f);
+}
+
+TEST(Session, RestoreReplaysAndElasticRestoreKeepsExactlyOnce) {
+  // Checkpoint after 9 steps; (a) a same-size restore replays the very same samples per
+  // rank; (b) a restore onto a smaller communicator (world - 1 ranks) finishes the epochs
+  // with every sample committed exactly once.
+  const auto dir = std::filesystem::temp_directory_path() / ("antdt-session-ckpt-" + std::to_string(world_size()));
+  const std::int64_t n = 331;
+  auto opt = dd_options(n, 24, 0);
+  opt.max_epochs = 2;
+  std::vector<std::vector<std::int64_t>> after_cut;
+  {
+    Session s(MPI_COMM_WORLD, opt);
+    run_steps(s, 9);
+    if (s.rank() == 0) {
+      std::filesystem::remove_all(dir);
+      CheckpointWriter w(dir.string(), s.step());
+      s.save(w);
+      w.commit();
+    }
+    after_cut = run_steps(s, 6);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  {
+    Session s(MPI_COMM_WORLD, opt);
+    std::optional<CheckpointReader> r;
+    if (world_rank() == 0) r.emplace(*find_latest_checkpoint(dir.string()));
+    s.restore(r ? &*r : nullptr);
+    EXPECT_EQ(s.step(), 9);
+    EXPECT_EQ(run_steps(s, 6), after_cut) << "a same-size resume consumes what the uninterrupted run did";
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  const int p = world_size();
+  if (p < 2) return;
+  MPI_Comm smaller = MPI_COMM_NULL;
+  MPI_Comm_split(MPI_COMM_WORLD, world_rank() < p - 1 ? 0 : MPI_UNDEFINED, world_rank(), &smaller);
+  if (smaller != MPI_COMM_NULL) {
+    opt.emulation.speeds = slow_last(p - 1);
+    Session s(smaller, opt);
+    std::optional<CheckpointReader> r;
+    if (world_rank() == 0) r.emplace(*find_latest_checkpoint(dir.string()));
+    s.restore(r ? &*r : nullptr);
+    EXPECT_EQ(s.size(), p - 1);
+    EXPECT_EQ(static_cast<int>(s.plan().batch.size()), p - 1) << "re-planned for the new world";
+    while (!s.finished()) {
+      s.begin_step();
+      s.end_step();
+    }
+    if (s.rank() == 0) {
+      const auto cov = s.coverage();
+      ASSERT_EQ(cov.size(), 2u);
+      for (const auto& c : cov) {
+        EXPECT_EQ(c.committed, n);
+        EXPECT_EQ(c.missing, 0);
+        EXPECT_EQ(c.duplicated, 0);
+      }
+      EXPECT_EQ(s.samples_committed(), 2 * n);
+    }
+    MPI_Comm_free(&smaller);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (world_rank() == 0) std::filesystem::remove_all(dir);
+}
+
+TEST(Session, BadOptionsAreUsageErrors) {
+  SessionOptions o;
+  o.dataset_size = 0;
+  o.global_batch = 4;
+  o.max_steps = 1;
+  EXPECT_THROW(Session(MPI_COMM_WORLD, o), UsageError);
+  o.dataset_size = 10;
+  o.max_steps = 0;
+  EXPECT_THROW(Session(MPI_COMM_WORLD, o), UsageError) << "neither steps nor epochs";
+  o.max_steps = 1;
+  o.emulation.speeds = std::vector<double>(static_cast<std::size_t>(world_size() + 1), 1.0);
+  EXPECT_THROW(Session(MPI_COMM_WORLD, o), UsageError) << "one speed per rank";
+}

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# antdt under a real single-node Slurm on localhost: an sbatch job runs antdt-train through
+# `srun --mpi=pmix` (scripts/slurm/antdt-train.sbatch); outputs carry the job id; a job whose
+# rank dies fails fast, and a resubmission on another number of tasks resumes mid-epoch with
+# every sample committed exactly once.
+#   test_slurm.sh BUILD_DIR SOURCE_DIR
+set -euo pipefail
+build=$(cd "$1" && pwd); src=$(cd "$2" && pwd)
+for tool in slurmctld slurmd munged sbatch; do
+  command -v $tool >/dev/null || { echo "SKIP: $tool not installed"; exit 77; }
+done
+D=$(mktemp -d /tmp/antdt-slurm.XXXXXX)
+cleanup() { "$src/scripts/slurm/local-slurm.sh" stop "$D/slurm" || true; rm -rf "$D"; }
+trap cleanup EXIT
+eval "$("$src/scripts/slurm/local-slurm.sh" start "$D/slurm")"
+fail() { echo "FAIL: $*"; for f in "$D"/run/*.out "$D"/slurm/log/slurmctld.log; do [ -f "$f" ] && { echo "--- $f"; tail -30 "$f"; }; done; exit 1; }
+
+"$build/apps/antdt-datagen" -o "$D/train.h5" --samples 900 --dim 8 --classes 4 >/dev/null
+mkdir -p "$D/run"
+export ANTDT_TRAIN="$build/apps/antdt-train" ANTDT_RUN_DIR="$D/run" ANTDT_LOG_LEVEL=warn
+common=(--data "$D/train.h5" --layers 8,16,4 --global-batch 30 --epochs 2 --policy dd --checkpoint-every 4 --quiet)
+
+wait_job() {  # prints the job's final state
+  local id=$1
+  for _ in $(seq 600); do
+    [ -z "$(squeue -h -j "$id" 2>/dev/null)" ] && break
+    sleep 0.2
+  done
+  scontrol show job "$id" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | head -1 | cut -d= -f2
+}
+
+# 1. A job that loses rank 1 at step 9 must end (not hang) and fail.
+id=$(sbatch --parsable -n 4 -J elastic -o "$D/run/fail-%j.out" "$src/scripts/slurm/antdt-train.sbatch" \
+       "${common[@]}" --fail-at-step 9 --fail-rank 1)
+state=$(wait_job "$id")
+[ "$state" = FAILED ] || fail "the job with a killed rank ended as '$state', expected FAILED"
+ls "$D/run/elastic-ckpt"/ckpt-*.h5 >/dev/null 2>&1 || fail "no checkpoint was written before the failure"
+
+# 2. Resubmitted on 3 tasks, it resumes from the newest checkpoint and completes both epochs.
+id=$(sbatch --parsable -n 3 -J elastic -o "$D/run/resume-%j.out" "$src/scripts/slurm/antdt-train.sbatch" "${common[@]}")
+state=$(wait_job "$id")
+[ "$state" = COMPLETED ] || fail "the resumed job ended as '$state'"
+summary="$D/run/summary-$id.json"
+[ -f "$summary" ] || fail "no summary tagged with job id $id"
+python3 - "$summary" "$id" <<'PY' || fail "summary check failed"
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert s["job_id"] == sys.argv[2], s["job_id"]
+assert s["ranks"] == 3, s["ranks"]
+assert s["samples"] == 1800, s["samples"]
+assert [e["committed"] for e in s["epochs"]] == [900, 900], s["epochs"]
+assert s["duplicated_samples"] == 0 and s["missing_samples"] == 0
+print("slurm resume OK: job", s["job_id"], "ranks", s["ranks"], "samples", s["samples"])
+PY
+echo "PASS"
