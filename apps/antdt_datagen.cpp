@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   antdt::Environment env(argc, argv);
   CLI::App app{"antdt-datagen: write a synthetic, learnable classification data set to HDF5.", "antdt-datagen"};
   app.set_version_flag("--version", std::string("antdt ") + ANTDT_VERSION_STRING);
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a later --x wins
   app.set_config("--config", "", "Read options from a TOML/INI file (keys are the long option names)");
   std::string output, eval_output;
   std::int64_t samples = 8192, eval_samples = 0, dim = 32;

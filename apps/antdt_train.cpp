@@ -88,6 +88,7 @@ struct TrainOptions {
 };
 
 void add_options(CLI::App& app, TrainOptions& o) {
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a later --x wins
   app.set_config("--config", "", "Read options from a TOML/INI file (keys are the long option names)");
   const char* data = "Data";
   app.add_option("--data", o.data, "Training set: HDF5 file with features (N x D float32) and labels (N int32); "

@@ -21,6 +21,7 @@ stop_pid() {
 case $cmd in
 start)
   mkdir -p "$D"/{state,spool,log,run,munge,tmp}
+  chmod 755 "$D"  # munged requires world-execute on the directories above its socket
   cpus=${ANTDT_SLURM_CPUS:-8}
   cat > "$D/slurm.conf" <<CONF
 ClusterName=antdt-test

@@ -231,8 +231,10 @@ class MainJob(unittest.TestCase):
         env = dict(ENV, ANTDT_DEMO_SAMPLES="2048", ANTDT_BUILD_DIR=BUILD)
         r = run([os.path.join(SOURCE, "scripts", "demo.sh"), out], timeout=600, env=env)
         self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
-        s = json.load(open(os.path.join(out, "static.json")))
-        d = json.load(open(os.path.join(out, "dd.json")))
+        with open(os.path.join(out, "static.json")) as f:
+            s = json.load(f)
+        with open(os.path.join(out, "dd.json")) as f:
+            d = json.load(f)
         self.assertIn("dd / static throughput", r.stdout)
         self.assertGreater(d["throughput"], s["throughput"])
         self.assertGreater(d["eval_accuracy"], 0.5)

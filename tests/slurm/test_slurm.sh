@@ -10,9 +10,11 @@ for tool in slurmctld slurmd munged sbatch; do
   command -v $tool >/dev/null || { echo "SKIP: $tool not installed"; exit 77; }
 done
 D=$(mktemp -d /tmp/antdt-slurm.XXXXXX)
+chmod 755 "$D"   # munged insists that every directory above its socket is world-executable
 cleanup() { "$src/scripts/slurm/local-slurm.sh" stop "$D/slurm" || true; rm -rf "$D"; }
 trap cleanup EXIT
-eval "$("$src/scripts/slurm/local-slurm.sh" start "$D/slurm")"
+conf=$("$src/scripts/slurm/local-slurm.sh" start "$D/slurm") || { tail -20 "$D"/slurm/log/*.log; exit 1; }
+eval "$conf"
 fail() { echo "FAIL: $*"; for f in "$D"/run/*.out "$D"/slurm/log/slurmctld.log; do [ -f "$f" ] && { echo "--- $f"; tail -30 "$f"; }; done; exit 1; }
 
 "$build/apps/antdt-datagen" -o "$D/train.h5" --samples 900 --dim 8 --classes 4 >/dev/null
