@@ -25,6 +25,8 @@ void set_level(Level level) noexcept;
 void init_from_env();
 // Tags later lines with this rank (set by antdt::Session; -1 means untagged).
 void set_rank(int rank, int size) noexcept;
+// The rank set above (-1 when untagged).
+[[nodiscard]] int rank() noexcept;
 [[nodiscard]] inline bool enabled(Level l) noexcept { return static_cast<int>(l) <= static_cast<int>(level()); }
 
 namespace detail {

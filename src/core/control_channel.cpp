@@ -1,5 +1,7 @@
 #include "core/control_channel.hpp"
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <exception>
@@ -34,15 +36,29 @@ std::vector<std::byte> ControlChannel::exchange(std::span<const std::byte> repor
     }
     header[0] = reply.size();
   }
-  ANTDT_CHECK_MPI(MPI_Bcast(header, 2, MPI_UINT64_T, 0, comm_->get()));
-  reply.resize(header[0]);
-  if (header[0] > 0) ANTDT_CHECK_MPI(MPI_Bcast(reply.data(), static_cast<int>(header[0]), MPI_BYTE, 0, comm_->get()));
+  // One broadcast carries the header and, in the common case, the whole reply (replies are
+  // a few hundred bytes: a plan now and then, a few grants); a second one only if it is larger.
+  std::array<std::byte, sizeof header + kInlineReplyBytes> first{};
+  if (comm_->is_root()) {
+    std::memcpy(first.data(), header, sizeof header);
+    std::memcpy(first.data() + sizeof header, reply.data(), std::min<std::size_t>(reply.size(), kInlineReplyBytes));
+  }
+  ANTDT_CHECK_MPI(MPI_Bcast(first.data(), static_cast<int>(first.size()), MPI_BYTE, 0, comm_->get()));
+  std::memcpy(header, first.data(), sizeof header);
+  if (!comm_->is_root()) {
+    reply.resize(header[0]);
+    std::memcpy(reply.data(), first.data() + sizeof header, std::min<std::size_t>(header[0], kInlineReplyBytes));
+  }
+  if (header[0] > kInlineReplyBytes) {
+    ANTDT_CHECK_MPI(MPI_Bcast(reply.data() + kInlineReplyBytes, static_cast<int>(header[0] - kInlineReplyBytes), MPI_BYTE, 0,
+                              comm_->get()));
+  }
   if (header[1] != 0) {
     if (root_error) std::rethrow_exception(root_error);
     throw Error("rank 0 failed in the step's control exchange: " +
                 std::string(reinterpret_cast<const char*>(reply.data()), reply.size()));
   }
-  last_bytes_ = report.size() + sizeof header + header[0];
+  last_bytes_ = report.size() + first.size() + (header[0] > kInlineReplyBytes ? header[0] - kInlineReplyBytes : 0);
   return reply;
 }
 

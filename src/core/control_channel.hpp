@@ -1,6 +1,7 @@
 // Private: the step's small control collective. Every rank contributes a report of the same
 // size; the root sees all reports, decides a reply, and the reply reaches every rank.
-// Cost per step: one MPI_Gather and two MPI_Bcast (reply header, reply bytes), all small.
+// Cost per step: one MPI_Gather and one MPI_Bcast (header + reply up to kInlineReplyBytes;
+// a second MPI_Bcast only for a larger reply), all small.
 // If `decide` throws on the root, every rank throws (the error is the reply), none hangs.
 #pragma once
 
@@ -15,6 +16,7 @@ namespace antdt::detail {
 
 class ControlChannel {
  public:
+  static constexpr std::size_t kInlineReplyBytes = 496;  // header + inline reply = 512 bytes
   using Decide = std::function<std::vector<std::byte>(const std::vector<std::span<const std::byte>>& reports)>;
 
   explicit ControlChannel(const Communicator& comm) : comm_(&comm) {}

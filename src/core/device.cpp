@@ -90,7 +90,12 @@ DeviceInfo select_device([[maybe_unused]] int local_rank, DevicePreference prefe
 #endif
   }
   if (!g_reported.exchange(true)) {
-    ANTDT_LOG(info) << "device: " << backend_name(info.backend) << " [" << info.name << "]: " << info.reason;
+    // Once per process; at info level only on rank 0 (or untagged), so a job prints it once.
+    if (log::rank() <= 0) {
+      ANTDT_LOG(info) << "device: " << backend_name(info.backend) << " [" << info.name << "]: " << info.reason;
+    } else {
+      ANTDT_LOG(debug) << "device: " << backend_name(info.backend) << " [" << info.name << "]: " << info.reason;
+    }
   }
   return info;
 }

@@ -64,6 +64,8 @@ void set_rank(int rank, int size) noexcept {
   g_size = size;
 }
 
+int rank() noexcept { return g_rank.load(); }
+
 namespace detail {
 Line::~Line() {
   try {

@@ -306,8 +306,9 @@ double Session::probe(const std::function<void(std::int64_t)>& micro_step, int r
     s.history.assign(1, s.plan);
     std::string shares;
     for (auto b : s.plan.batch) shares += (shares.empty() ? "" : ",") + std::to_string(b);
-    ANTDT_LOG(info) << "probe: initial split [" << shares << "], predicted step "
-                    << s.controller->predicted_step_seconds() * 1e3 << " ms";
+    CostModel cost(s.controller_opt.cost);
+    ANTDT_LOG(info) << "probe: x_i measured, initial split [" << shares << "], predicted step "
+                    << cost.predict_step_seconds(s.plan, all) * 1e3 << " ms";
   }
   s.broadcast_plan(s.plan);
   return x;
