@@ -159,6 +159,8 @@ class Session {
   [[nodiscard]] std::vector<RankAssessment> assessments() const;
   [[nodiscard]] std::int64_t samples_committed() const noexcept;
   [[nodiscard]] double elapsed_seconds() const noexcept;
+  // Rank 0: wall time spent in the DDS coordinator (commit, coverage, grants), all steps.
+  [[nodiscard]] double dds_seconds() const noexcept;
 
  private:
   struct Impl;

@@ -61,7 +61,7 @@ void fill(const std::vector<std::int64_t>& idx, std::int64_t dim, std::int64_t c
 }
 
 struct RunResult {
-  double throughput = 0, ideal = 0, ideal_measured = 0, control_fraction = 0;
+  double throughput = 0, ideal = 0, ideal_measured = 0, control_fraction = 0, dds_fraction = 0;
   std::int64_t plan_changes = 0;
   std::vector<std::int64_t> split;
 };
@@ -129,13 +129,17 @@ RunResult run_session(const Options& o, const std::string& policy, const Emulati
   if (emu.virtual_seconds_per_sample > 0) {
     for (int i = 0; i < world; ++i) r.ideal += SpeedEmulator(emu, i, world).virtual_throughput();
   }
+  if (emu.virtual_seconds_per_sample <= 0) r.ideal = 0;  // stretch mode: only the measured x_i exist
   if (rank == 0) {
+    r.dds_fraction = s.dds_seconds() / s.elapsed_seconds();
     const auto xs = s.rank_throughput();
     r.ideal_measured = std::accumulate(xs.begin(), xs.end(), 0.0);
     r.plan_changes = static_cast<std::int64_t>(s.plan_history().size()) - 1;
     r.split = s.plan().batch;
   }
   MPI_Bcast(&r.ideal_measured, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  MPI_Bcast(&r.dds_fraction, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  if (r.ideal <= 0) r.ideal = r.ideal_measured;
   MPI_Bcast(&r.plan_changes, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
   return r;
 }
@@ -258,32 +262,37 @@ int main(int argc, char** argv) {
     sum_speed += sp;
   }
   if (rank == 0) {
+    if (o.virtual_device <= 0) {
+      std::printf("# stretch mode (--virtual-device 0): REAL compute stretched to compute/speed_i; the ideal is the\n"
+                  "# Monitor's measured sum x_i. Use at most one rank per core.\n");
+    }
     std::printf("# efficiency: %d ranks, EMULATED speeds %s on a virtual device (%.2g s/sample at speed 1), tiny MLP %s,\n"
                 "# B=%lld, %lld steps (%lld warm-up), %d repeats; static limit N*min(x)/sum(x) = %.3f\n",
                 world, o.speeds.c_str(), o.virtual_device, o.layers.c_str(), static_cast<long long>(o.global_batch),
                 static_cast<long long>(o.steps), static_cast<long long>(o.warmup), o.repeats, world * min_speed / sum_speed);
-    std::printf("%-8s %-6s %12s %12s %10s %12s %8s %s\n", "policy", "repeat", "samples/s", "ideal", "efficiency", "eff(meas.x)",
-                "control", "final split");
+    std::printf("%-8s %-6s %12s %12s %10s %12s %8s %8s %s\n", "policy", "repeat", "samples/s", "ideal", "efficiency", "eff(meas.x)",
+                "control", "dds", "final split");
   }
-  std::vector<std::vector<double>> eff(policies.size()), thr(policies.size()), ctrl(policies.size());
+  std::vector<std::vector<double>> eff(policies.size()), thr(policies.size()), ctrl(policies.size()), dds(policies.size());
   for (int r = 0; r < o.repeats; ++r) {
     for (std::size_t p = 0; p < policies.size(); ++p) {  // policies interleaved within each repeat
       const RunResult a = run_session(o, policies[p], emu);
       eff[p].push_back(a.throughput / a.ideal);
       thr[p].push_back(a.throughput);
       ctrl[p].push_back(a.control_fraction);
+      dds[p].push_back(a.dds_fraction);
       if (rank == 0) {
-        std::printf("%-8s %-6d %12.0f %12.0f %10.3f %12.3f %7.2f%% %s (%lld plan changes)\n", policies[p].c_str(), r,
+        std::printf("%-8s %-6d %12.0f %12.0f %10.3f %12.3f %7.2f%% %7.3f%% %s (%lld plan changes)\n", policies[p].c_str(), r,
                     a.throughput, a.ideal, a.throughput / a.ideal, a.throughput / a.ideal_measured, 100 * a.control_fraction,
-                    join(a.split).c_str(), static_cast<long long>(a.plan_changes));
+                    100 * a.dds_fraction, join(a.split).c_str(), static_cast<long long>(a.plan_changes));
       }
     }
   }
   if (rank == 0) {
     for (std::size_t p = 0; p < policies.size(); ++p) {
       std::printf("RESULT efficiency ranks=%d speeds=%s policy=%s median_efficiency=%.3f median_throughput=%.0f "
-                  "median_control_fraction=%.4f\n",
-                  world, o.speeds.c_str(), policies[p].c_str(), median(eff[p]), median(thr[p]), median(ctrl[p]));
+                  "median_control_fraction=%.4f median_dds_fraction=%.5f\n",
+                  world, o.speeds.c_str(), policies[p].c_str(), median(eff[p]), median(thr[p]), median(ctrl[p]), median(dds[p]));
     }
     if (policies.size() == 2) {
       std::vector<double> ratio;

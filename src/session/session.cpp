@@ -100,6 +100,7 @@ struct Session::Impl {
   bool finished = false;
   std::int64_t completed_epochs = 0;
   std::int64_t committed_total = 0;
+  double dds_seconds = 0;                         // rank 0: time in the coordinator
 
   // This step's agent state.
   bool in_step = false;
@@ -417,7 +418,9 @@ StepSummary Session::end_step(double loss_sum, std::int64_t correct) {
     for (auto& st : stats) st.idle_seconds = max_compute - st.compute_seconds;
     // Every rank has returned from the reduction before it sent its report, so the samples
     // of this step may be committed now (invariant 1).
+    const auto t_dds = Clock::now();
     const auto result = s.coordinator->commit_step(consumed);
+    s.dds_seconds += seconds_between(t_dds, Clock::now());
     s.committed_total += result.committed;
     s.records.push_back(s.make_record(stats, loss));
     std::optional<Plan> next = s.controller->on_step(s.step, stats);
@@ -431,7 +434,9 @@ StepSummary Session::end_step(double loss_sum, std::int64_t correct) {
     if (!done) {
       std::vector<std::int64_t> demand = next ? next->batch : s.upcoming_demand();
       for (std::size_t i = 0; i < demand.size(); ++i) demand[i] = std::max(demand[i], s.plan.batch[i]);
+      const auto t_grant = Clock::now();
       grants = s.coordinator->grant(demand);
+      s.dds_seconds += seconds_between(t_grant, Clock::now());
     }
     return s.make_reply(next ? &*next : nullptr, grants, done, loss, samples, corr, max_compute);
   });
@@ -563,6 +568,7 @@ const SessionOptions& Session::options() const noexcept { return impl_->opt; }
 bool Session::emulated() const noexcept { return impl_->emulator.emulated(); }
 const std::vector<StepRecord>& Session::records() const noexcept { return impl_->records; }
 std::int64_t Session::samples_committed() const noexcept { return impl_->committed_total; }
+double Session::dds_seconds() const noexcept { return impl_->dds_seconds; }
 double Session::elapsed_seconds() const noexcept { return seconds_between(impl_->t_session, Clock::now()); }
 
 std::vector<EpochCoverageReport> Session::coverage() const {
