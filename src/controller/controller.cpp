@@ -11,6 +11,7 @@
 
 #include "antdt/error.hpp"
 #include "core/bytes.hpp"
+#include "core/plan_codec.hpp"
 
 namespace antdt {
 
@@ -29,28 +30,6 @@ void validate(const ControllerOptions& o) {
   if (!(o.straggler_ratio > 0.0 && o.straggler_ratio <= 1.0)) {
     throw UsageError("controller: straggler_ratio must be in (0, 1], got " + std::to_string(o.straggler_ratio));
   }
-}
-
-void put_plan(detail::ByteWriter& w, const Plan& p) {
-  w.put(p.effective_step);
-  w.put(p.global_batch);
-  w.put_vector(p.batch);
-  w.put_vector(p.micro_batch_cap);
-  w.put_vector(p.accumulation);
-  w.put_string(p.reason);
-  w.put(p.version);
-}
-
-Plan get_plan(detail::ByteReader& r) {
-  Plan p;
-  p.effective_step = r.get<std::int64_t>();
-  p.global_batch = r.get<std::int64_t>();
-  p.batch = r.get_vector<std::int64_t>();
-  p.micro_batch_cap = r.get_vector<std::int64_t>();
-  p.accumulation = r.get_vector<std::int32_t>();
-  p.reason = r.get_string();
-  p.version = r.get<std::int64_t>();
-  return p;
 }
 
 }  // namespace
@@ -223,7 +202,7 @@ std::vector<std::byte> Controller::serialize() const {
   w.put(options_.global_batch);
   w.put_vector(options_.caps);
   w.put<std::uint64_t>(history_.size());
-  for (const auto& p : history_) put_plan(w, p);
+  for (const auto& p : history_) encode_plan(p, w);
   w.put_vector(monitor_.serialize());
   w.put_vector(slow_streak_);
   w.put(last_change_step_);
@@ -248,7 +227,7 @@ Controller Controller::restore(std::span<const std::byte> bytes, ControllerOptio
     const auto plans = r.get<std::uint64_t>();
     if (plans == 0 || plans > r.remaining()) throw CheckpointError("controller state: bad plan history length");
     std::vector<Plan> history;
-    for (std::uint64_t k = 0; k < plans; ++k) history.push_back(get_plan(r));
+    for (std::uint64_t k = 0; k < plans; ++k) history.push_back(decode_plan(r));
     Monitor monitor = Monitor::restore(r.get_vector<std::byte>());
     auto streaks = r.get_vector<int>();
     const auto last_change = r.get<std::int64_t>();

@@ -28,7 +28,7 @@
 #include "core/bytes.hpp"
 #include "core/control_channel.hpp"
 #include "dds/wire.hpp"
-#include "session/plan_codec.hpp"
+#include "core/plan_codec.hpp"
 
 namespace antdt {
 

@@ -70,6 +70,19 @@ std::vector<std::int64_t> allgather(const std::vector<std::int64_t>& mine, MPI_C
   return all;
 }
 
+// Rank 0's coverage counters: `epochs` complete epochs, each with all n samples once.
+void expect_exactly_once(const Session& s, std::int64_t n, std::size_t epochs) {
+  EXPECT_EQ(s.samples_committed(), static_cast<std::int64_t>(epochs) * n);
+  if (s.rank() != 0) return;
+  const auto cov = s.coverage();
+  ASSERT_EQ(cov.size(), epochs);
+  for (const auto& c : cov) {
+    EXPECT_EQ(c.committed, n) << "epoch " << c.epoch;
+    EXPECT_EQ(c.missing, 0) << "epoch " << c.epoch;
+    EXPECT_EQ(c.duplicated, 0) << "epoch " << c.epoch;
+  }
+}
+
 // Runs steps with no model: compute time is the emulator's modelled time.
 std::vector<std::vector<std::int64_t>> run_steps(Session& s, std::int64_t steps, std::vector<std::int64_t>* versions = nullptr) {
   std::vector<std::vector<std::int64_t>> used;
@@ -149,16 +162,7 @@ TEST(Session, EverySampleOnceAcrossEpochsWhilePlansChange) {
     ++count[static_cast<std::size_t>(i)];
   }
   for (std::int64_t i = 0; i < n; ++i) ASSERT_EQ(count[static_cast<std::size_t>(i)], 3) << "sample " << i;
-  if (s.rank() == 0) {
-    const auto cov = s.coverage();
-    ASSERT_EQ(cov.size(), 3u);
-    for (const auto& c : cov) {
-      EXPECT_EQ(c.committed, n);
-      EXPECT_EQ(c.missing, 0);
-      EXPECT_EQ(c.duplicated, 0);
-    }
-  }
-  EXPECT_EQ(s.samples_committed(), 3 * n);
+  expect_exactly_once(s, n, 3);
 }
 
 TEST(Session, TinyDataSetSmallerThanOneStep) {
@@ -313,16 +317,7 @@ TEST(Session, RestoreReplaysAndElasticRestoreKeepsExactlyOnce) {
       s.begin_step();
       s.end_step();
     }
-    if (s.rank() == 0) {
-      const auto cov = s.coverage();
-      ASSERT_EQ(cov.size(), 2u);
-      for (const auto& c : cov) {
-        EXPECT_EQ(c.committed, n);
-        EXPECT_EQ(c.missing, 0);
-        EXPECT_EQ(c.duplicated, 0);
-      }
-      EXPECT_EQ(s.samples_committed(), 2 * n);
-    }
+    expect_exactly_once(s, n, 2);
     MPI_Comm_free(&smaller);
   }
   MPI_Barrier(MPI_COMM_WORLD);

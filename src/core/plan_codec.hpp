@@ -1,4 +1,5 @@
-// Private: wire and checkpoint form of a Plan.
+// Private: wire and checkpoint form of a Plan (the Session's control reply and the
+// Controller's checkpoint both use it).
 #pragma once
 
 #include "antdt/plan.hpp"
