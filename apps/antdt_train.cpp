@@ -23,6 +23,7 @@
 #include "antdt/data.hpp"
 #include "antdt/emulation.hpp"
 #include "antdt/model.hpp"
+#include "antdt/planner.hpp"
 #include "antdt/reduce.hpp"
 #include "antdt/report.hpp"
 #include "antdt/session.hpp"
@@ -39,6 +40,7 @@ struct TrainOptions {
   std::int64_t synthetic_samples = 8192;
   std::uint64_t synthetic_seed = 7;
   std::int64_t eval_every = 0;
+  std::string read_mode = "independent";
   // model
   std::string layers = "32,64,10";
   std::string optimizer = "sgd";
@@ -99,6 +101,9 @@ void add_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--synthetic-samples", o.synthetic_samples, "Samples of the in-memory synthetic set (no --data)")
       ->group(data)->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--synthetic-seed", o.synthetic_seed, "Seed of the in-memory synthetic set")->group(data)->capture_default_str();
+  app.add_option("--read-mode", o.read_mode, "HDF5 reads: independent (each rank opens the file itself) or collective "
+                                             "(MPI-IO driver on all ranks; docs/data.md has the measurement)")
+      ->group(data)->check(CLI::IsMember({"independent", "collective"}))->capture_default_str();
   app.add_option("--eval-every", o.eval_every, "Evaluate on --eval-data every K steps (0: only at the end)")
       ->group(data)->check(CLI::NonNegativeNumber)->capture_default_str();
 
@@ -289,13 +294,14 @@ int run(const TrainOptions& o, int world_size) {
   const auto layers = parse_layers(o.layers);
   agree(MPI_COMM_WORLD, [&] {
     data::Hdf5Names names{o.features_name, o.labels_name};
+    const auto mode = o.read_mode == "collective" ? data::ReadMode::collective : data::ReadMode::independent;
     if (!o.data.empty()) {
-      train = std::make_unique<data::Hdf5Dataset>(o.data, names);
+      train = std::make_unique<data::Hdf5Dataset>(o.data, names, mode, MPI_COMM_WORLD);
     } else {
       train = std::make_unique<data::InMemoryDataset>(data::make_synthetic(
           {o.synthetic_samples, layers.front(), static_cast<std::int32_t>(layers.back()), o.synthetic_seed}));
     }
-    if (!o.eval_data.empty()) eval = std::make_unique<data::Hdf5Dataset>(o.eval_data, names);
+    if (!o.eval_data.empty()) eval = std::make_unique<data::Hdf5Dataset>(o.eval_data, names, mode, MPI_COMM_WORLD);
     if (train->dim() != layers.front()) {
       throw UsageError("--layers starts with " + std::to_string(layers.front()) + " inputs but " +
                        (o.data.empty() ? std::string("the data") : o.data) + " has " + std::to_string(train->dim()) +
@@ -338,6 +344,7 @@ int run(const TrainOptions& o, int world_size) {
   so.emulation.virtual_seconds_per_sample = o.virtual_device;
   so.emulation.seed = o.emulate_seed;
   so.gradient_bytes = model->gradient_count() * static_cast<std::int64_t>(sizeof(float));
+  if (device.backend == Backend::cuda) so.device_prior = gpu_relative_throughput(device.compute_capability, device.name);
 
   Session session(MPI_COMM_WORLD, so);
   const MPI_Comm comm = session.comm().get();

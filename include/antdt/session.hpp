@@ -57,6 +57,8 @@ struct SessionOptions {
   ControllerOptions controller;         // policy, hysteresis, windows (global_batch/caps are filled in)
   EmulationOptions emulation;           // straggler emulation (tests, benchmarks)
   std::int64_t gradient_bytes = 0;      // size of the reduced buffer, for the cost model
+  double device_prior = 0.0;            // this rank's relative speed prior (gpu_relative_throughput),
+                                        // 0 = unknown; seeds the first split before any measurement
 };
 
 // This rank's work for one step.

@@ -138,10 +138,18 @@ struct Session::Impl {
 
   [[nodiscard]] int rank() const { return comm.rank(); }
 
+  std::vector<double> priors;                     // device priors of every rank (0 = unknown)
+
   void gather_caps() {
     std::int64_t mine = opt.micro_batch_cap > 0 ? opt.micro_batch_cap : opt.global_batch;
     caps.assign(static_cast<std::size_t>(comm.size()), 0);
     ANTDT_CHECK_MPI(MPI_Allgather(&mine, 1, MPI_INT64_T, caps.data(), 1, MPI_INT64_T, comm.get()));
+    priors.assign(static_cast<std::size_t>(comm.size()), 0.0);
+    ANTDT_CHECK_MPI(MPI_Allgather(&opt.device_prior, 1, MPI_DOUBLE, priors.data(), 1, MPI_DOUBLE, comm.get()));
+  }
+
+  [[nodiscard]] bool have_priors() const {
+    return std::any_of(priors.begin(), priors.end(), [](double p) { return p > 0; });
   }
 
   void make_controller(const Plan& initial) {
@@ -263,6 +271,10 @@ Session::Session(MPI_Comm comm, SessionOptions options) : impl_(std::make_unique
   log::set_rank(s.comm.rank(), s.comm.size());
   s.gather_caps();
   s.plan = equal_plan(s.opt.global_batch, s.caps, 0);
+  if (s.have_priors() && s.opt.controller.policy != "static") {
+    // A table of GPU generations gives a first split before anything is measured.
+    s.plan = initial_plan(s.opt.global_batch, std::vector<double>(s.priors.size(), 0.0), s.caps, s.priors, 0);
+  }
   if (s.comm.is_root()) {
     s.coordinator = std::make_unique<dds::Coordinator>(s.ledger_opt, s.comm.size(), s.opt.prefetch_steps);
     s.make_controller(s.plan);
@@ -300,7 +312,7 @@ double Session::probe(const std::function<void(std::int64_t)>& micro_step, int r
   std::vector<double> all(static_cast<std::size_t>(s.comm.size()));
   ANTDT_CHECK_MPI(MPI_Allgather(&x, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, s.comm.get()));
   if (s.comm.is_root()) {
-    Plan p = s.controller_opt.policy == "static" ? s.plan : plan_split(s.opt.global_batch, all, s.caps, 0);
+    Plan p = s.controller_opt.policy == "static" ? s.plan : initial_plan(s.opt.global_batch, all, s.caps, s.priors, 0);
     p.reason = "planner: initial split from a " + std::to_string(repetitions) + "-step probe";
     p.effective_step = 0;
     s.plan = s.controller->install_plan(std::move(p), -1);
@@ -427,7 +439,9 @@ StepSummary Session::end_step(double loss_sum, std::int64_t correct) {
     if (next) {
       s.history.push_back(*next);
       ANTDT_LOG(info) << "step " << s.step << ": plan v" << next->version << " from step " << next->effective_step
-                      << ": " << next->reason;
+                      << ": " << next->reason << " (cost model: " << s.controller->predicted_step_seconds() * 1e3
+                      << " ms/step predicted; measured median " << s.controller->monitor().step_seconds() * 1e3
+                      << " ms under the old plan)";
     }
     const bool done = s.reached_end_after(s.step + 1);
     std::vector<dds::Grant> grants;

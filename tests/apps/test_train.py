@@ -156,7 +156,7 @@ class TrainRuns(Workdir):
     def test_epochs_cover_every_sample_once(self):
         js = os.path.join(self.dir, "ep.json")
         r = mpirun(4, *self.base(), "--epochs", "2", "--policy", "dd", "--emulate-speed", "1,1,1,0.33",
-                   "--virtual-device", "0.0001", "--summary-json", js)
+                   "--virtual-device", "0.0001", "--read-mode", "collective", "--summary-json", js)
         self.assertEqual(r.returncode, 0, r.stderr)
         s = self.summary(js)
         self.assertEqual(s["samples"], 2 * self.samples)

@@ -337,3 +337,22 @@ TEST(Session, BadOptionsAreUsageErrors) {
   o.emulation.speeds = std::vector<double>(static_cast<std::size_t>(world_size() + 1), 1.0);
   EXPECT_THROW(Session(MPI_COMM_WORLD, o), UsageError) << "one speed per rank";
 }
+
+TEST(Session, DevicePriorsSeedTheFirstSplit) {
+  const int p = world_size();
+  if (p < 2) GTEST_SKIP() << "needs two ranks to split unevenly";
+  SessionOptions o;
+  o.dataset_size = 1000;
+  o.global_batch = 60;
+  o.max_steps = 1;
+  o.controller.policy = "dd";
+  o.device_prior = world_rank() == p - 1 ? 0.5 : 1.0;  // e.g. an older GPU generation last
+  Session s(MPI_COMM_WORLD, o);
+  const auto& b = s.plan().batch;
+  EXPECT_EQ(std::accumulate(b.begin(), b.end(), std::int64_t{0}), 60);
+  EXPECT_NEAR(static_cast<double>(b.back()) / static_cast<double>(b.front()), 0.5, 0.1)
+      << "the slower generation gets about half the share before any step ran";
+  o.controller.policy = "static";
+  Session equal(MPI_COMM_WORLD, o);
+  EXPECT_EQ(equal.plan().batch.front() - equal.plan().batch.back(), 60 % p ? 1 : 0) << "static ignores priors";
+}
