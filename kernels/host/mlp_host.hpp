@@ -1,5 +1,5 @@
-// The host MLP backend: GEMMs through cblas_sgemm/sgemv (OpenBLAS), element-wise work
-// (bias+ReLU, softmax cross-entropy, ReLU mask, optimizer) through Kokkos on
+// The host MLP backend: GEMMs through cblas_sgemm (OpenBLAS), element-wise work
+// (bias+ReLU, softmax cross-entropy, ReLU mask with the bias gradient, optimizer) through Kokkos on
 // DefaultHostExecutionSpace, or plain loops when Kokkos is not built or not initialised.
 // Private to libantdt; exposed here for the reduction benchmark's overlap hook.
 #pragma once
@@ -59,7 +59,6 @@ class HostMlp final : public Model {
   std::int64_t capacity_ = 0;               // samples the activation buffers hold
   std::vector<std::vector<float>> activations_;  // per layer output [n][out]
   std::vector<float> delta_a_, delta_b_;    // backward ping-pong, [n][max_width]
-  std::vector<float> ones_;                 // [capacity]: bias gradients as a GEMV
   std::vector<std::int32_t> row_correct_;   // [capacity]
   LayerDoneHook layer_done_;
 };

@@ -5,8 +5,8 @@
 // accumulate, apply_update) for at least --seconds, and time the same GEMM sequence issued
 // bare (forward Z = A W^T, backward dW += dZ^T A, dA = dZ W; the first layer has no dA).
 // GEMM efficiency = (model GEMM FLOPs / model step time) / (same FLOPs / bare GEMM time):
-// everything the model does besides those GEMMs (bias, ReLU, softmax, GEMV for the bias
-// gradient, optimizer) counts against it. Goal: >= 0.7.
+// everything the model does besides those GEMMs (bias, ReLU, softmax, bias gradients,
+// zeroing, optimizer) counts against it. Goal: >= 0.7.
 #include <cblas.h>
 
 #include <algorithm>
