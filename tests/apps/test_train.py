@@ -154,11 +154,15 @@ class TrainRuns(Workdir):
         self.assertTrue(any(e.get("cat") == "plan" for e in trace["traceEvents"]))
 
     def test_epochs_cover_every_sample_once(self):
-        js = os.path.join(self.dir, "ep.json")
+        js, jl = os.path.join(self.dir, "ep.json"), os.path.join(self.dir, "ep.jsonl")
         r = mpirun(4, *self.base(), "--epochs", "2", "--policy", "dd", "--emulate-speed", "1,1,1,0.33",
-                   "--virtual-device", "0.0001", "--read-mode", "collective", "--summary-json", js)
+                   "--virtual-device", "0.0001", "--read-mode", "collective", "--summary-json", js, "--metrics", jl)
         self.assertEqual(r.returncode, 0, r.stderr)
         s = self.summary(js)
+        with open(jl) as f:
+            rows = [json.loads(line) for line in f]
+        self.assertEqual(len(rows), 4 * s["steps"], "JSONL metrics: one object per step and rank")
+        self.assertEqual(sum(row["samples"] for row in rows), 2 * self.samples)
         self.assertEqual(s["samples"], 2 * self.samples)
         self.assertEqual([e["committed"] for e in s["epochs"]], [self.samples] * 2)
         self.assertEqual(s["duplicated_samples"], 0)
