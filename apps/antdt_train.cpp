@@ -439,6 +439,8 @@ int run(const TrainOptions& o, int world_size) {
 
   const bool show_progress = root && (o.progress == "always" || (o.progress == "auto" && isatty(STDERR_FILENO)));
   const double t_start = MPI_Wtime();
+  const std::int64_t committed_at_start = session.samples_committed();  // > 0 after a resume
+  const std::int64_t step_at_start = session.step();
   std::vector<double> recent_loss;
   std::optional<std::pair<double, double>> eval_result;
   const std::int64_t dim = train->dim();
@@ -487,9 +489,18 @@ int run(const TrainOptions& o, int world_size) {
       const double elapsed = MPI_Wtime() - t_start;
       const auto x = session.rank_throughput();
       const double ideal = std::accumulate(x.begin(), x.end(), 0.0);
-      const double thr = static_cast<double>(session.samples_committed()) / std::max(1e-9, elapsed);
+      const auto done_here = session.samples_committed() - committed_at_start;
+      const double thr = static_cast<double>(done_here) / std::max(1e-9, elapsed);
       double eta = -1;
-      if (o.steps > 0) eta = elapsed / static_cast<double>(std::max<std::int64_t>(1, done_steps)) * static_cast<double>(o.steps - done_steps);
+      if (o.steps > 0) {
+        const auto steps_here = std::max<std::int64_t>(1, done_steps - step_at_start);
+        eta = elapsed / static_cast<double>(steps_here) * static_cast<double>(o.steps - done_steps);
+      }
+      if (o.epochs > 0 && done_here > 0) {  // whichever limit comes first
+        const double left = static_cast<double>(o.epochs * train->size() - session.samples_committed());
+        const double by_epochs = left / thr;
+        eta = eta < 0 ? by_epochs : std::min(eta, by_epochs);
+      }
       std::string split;
       for (auto b : session.plan().batch) split += (split.empty() ? "" : ",") + std::to_string(b);
       std::fprintf(stderr, "%sstep %lld epoch %lld | %.0f samples/s | loss %.4f | ETA %s | split [%s] | eff %.2f%s\n",

@@ -128,6 +128,9 @@ class Ledger {
   // Epoch numbers in the order they completed (epochs can complete out of order).
   [[nodiscard]] const std::vector<std::int64_t>& completed_list() const noexcept { return completed_; }
   [[nodiscard]] bool exhausted() const;  // max_epochs reached and nothing TODO/DOING
+  // Changes where the ledger stops (a resumed run may train for more epochs, or fewer). 0 is
+  // unlimited; otherwise it must not be below the epochs already opened (UsageError).
+  void set_max_epochs(std::int64_t max_epochs);
   [[nodiscard]] int world_size() const noexcept { return world_size_; }
   [[nodiscard]] const ShardMap& map() const noexcept { return map_; }
   [[nodiscard]] const LedgerOptions& options() const noexcept { return options_; }
@@ -211,6 +214,7 @@ class Coordinator {
   };
   [[nodiscard]] const std::vector<EpochCoverage>& coverage() const noexcept { return coverage_; }
   [[nodiscard]] const Ledger& ledger() const noexcept { return ledger_; }
+  void set_max_epochs(std::int64_t max_epochs) { ledger_.set_max_epochs(max_epochs); }
   [[nodiscard]] int prefetch_steps() const noexcept { return prefetch_steps_; }
 
   // Ledger + coverage of completed epochs + coverage bitmaps of open epochs.

@@ -60,7 +60,7 @@ class ByteReader {
     const auto n = get<std::uint64_t>();
     if (n > (bytes_.size() - pos_) / (sizeof(T) ? sizeof(T) : 1)) throw Error("control message: vector length out of range");
     std::vector<T> values(n);
-    std::memcpy(values.data(), bytes_.data() + pos_, n * sizeof(T));
+    if (n > 0) std::memcpy(values.data(), bytes_.data() + pos_, n * sizeof(T));  // data() may be null when empty
     pos_ += n * sizeof(T);
     return values;
   }

@@ -261,6 +261,15 @@ bool Ledger::exhausted() const {
   return options_.max_epochs > 0 && next_epoch_ >= options_.max_epochs && open_.empty();
 }
 
+void Ledger::set_max_epochs(std::int64_t max_epochs) {
+  if (max_epochs < 0) throw UsageError("dds: max_epochs must be >= 0 (0 = unlimited)");
+  if (max_epochs > 0 && max_epochs < next_epoch_) {
+    throw UsageError("dds: cannot stop after epoch " + std::to_string(max_epochs) + ": " + std::to_string(next_epoch_) +
+                     " epochs are already under way or done");
+  }
+  options_.max_epochs = max_epochs;
+}
+
 std::vector<std::byte> Ledger::serialize() const {
   detail::ByteWriter w;
   w.put(kLedgerMagic);

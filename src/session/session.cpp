@@ -255,7 +255,7 @@ struct Session::Impl {
   StepRecord make_record(const std::vector<RankStepStats>& stats, double loss_sum) const {
     StepRecord rec;
     rec.step = step;
-    rec.start_seconds = seconds_between(t_session, t_begin) - data_wait_s;
+    rec.start_seconds = seconds_between(t_session, t_begin);  // rank 0's clock: data wait starts here
     rec.wall_seconds = seconds_between(t_last_end, Clock::now());
     rec.ranks = stats;
     rec.batch = plan.batch;
@@ -492,7 +492,7 @@ void Session::restore(const CheckpointReader* reader) {
   if (s.started) throw UsageError("Session::restore must be called before the first begin_step");
   // step, completed epochs, committed, ok, and the ledger's sample order (shard size and
   // shuffle flags come from the checkpoint: the epoch order must not change on resume).
-  std::int64_t header[7] = {0, 0, 0, 0, 0, 0, 0};
+  std::int64_t header[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // [7]: nothing left to do
   std::string error;
   if (s.comm.is_root()) {
     try {
@@ -510,6 +510,10 @@ void Session::restore(const CheckpointReader* reader) {
       }
       s.coordinator = std::make_unique<dds::Coordinator>(
           dds::Coordinator::restore(reader->bytes("antdt/dds"), s.comm.size(), s.opt.prefetch_steps));
+      if (s.coordinator->ledger().options().max_epochs != s.opt.max_epochs) {
+        // The run's own limit wins: a resumed job may be asked to train longer.
+        s.coordinator->set_max_epochs(s.opt.max_epochs);
+      }
       s.controller_opt = s.opt.controller;
       s.controller_opt.global_batch = s.opt.global_batch;
       s.controller_opt.caps = s.caps;
@@ -540,6 +544,7 @@ void Session::restore(const CheckpointReader* reader) {
       header[4] = saved_order.shard_size;
       header[5] = saved_order.shuffle_shards ? 1 : 0;
       header[6] = saved_order.shuffle_within_shard ? 1 : 0;
+      header[7] = s.reached_end_after(header[0]) ? 1 : 0;
       if (saved_order.shard_size != s.ledger_opt.shard_size) {
         ANTDT_LOG(info) << "restore: keeping the checkpoint's shard size " << saved_order.shard_size << " (this run asked for "
                         << s.ledger_opt.shard_size << ")";
@@ -548,7 +553,7 @@ void Session::restore(const CheckpointReader* reader) {
       error = e.what();
     }
   }
-  ANTDT_CHECK_MPI(MPI_Bcast(header, 7, MPI_INT64_T, 0, s.comm.get()));
+  ANTDT_CHECK_MPI(MPI_Bcast(header, 8, MPI_INT64_T, 0, s.comm.get()));
   if (header[3] != 1) {
     if (s.comm.is_root()) throw CheckpointError(error);
     throw CheckpointError("restore failed on rank 0 (see its message)");
@@ -565,6 +570,7 @@ void Session::restore(const CheckpointReader* reader) {
   } else {
     s.pending.reset();
   }
+  s.finished = header[7] != 0;  // a run resumed past its limits has nothing to do
   s.ledger_opt.shard_size = header[4];
   s.ledger_opt.shuffle_shards = header[5] != 0;
   s.ledger_opt.shuffle_within_shard = header[6] != 0;

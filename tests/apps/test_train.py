@@ -220,6 +220,20 @@ class Checkpoints(Workdir):
     def test_elastic_resume_2_to_4(self):
         self.elastic(2, 4)
 
+    def test_resume_a_finished_run_for_more_epochs(self):
+        d, js = os.path.join(self.dir, "more"), os.path.join(self.dir, "more.json")
+        args = [*self.base(), "--policy", "static", "--checkpoint-dir", d, "--resume", "--summary-json", js]
+        r = mpirun(2, *args, "--epochs", "1")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        r = mpirun(2, *args, "--epochs", "1")  # already done: nothing to do, still a clean exit
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(self.summary(js)["steps"], 0)
+        r = mpirun(2, *args, "--epochs", "3")  # the new limit wins over the checkpoint's
+        self.assertEqual(r.returncode, 0, r.stderr)
+        s = self.summary(js)
+        self.assertEqual(s["samples"], 3 * self.samples)
+        self.assertEqual([e["committed"] for e in s["epochs"]], [self.samples] * 3)
+
     def test_resume_with_other_model_shape_is_a_clear_error(self):
         d = os.path.join(self.dir, "shape")
         r = mpirun(2, *self.base(), "--steps", "3", "--checkpoint-dir", d)
