@@ -70,6 +70,23 @@ std::vector<std::int64_t> allgather(const std::vector<std::int64_t>& mine, MPI_C
   return all;
 }
 
+// Runs the session to the end with no model; how often each of the n indices was handed
+// out, over all ranks (counted independently of the ledger).
+std::vector<int> count_uses_until_finished(Session& s, std::int64_t n) {
+  std::vector<std::int64_t> mine;
+  while (!s.finished()) {
+    StepWork w = s.begin_step();
+    mine.insert(mine.end(), w.samples.begin(), w.samples.end());
+    s.end_step();
+  }
+  std::vector<int> count(static_cast<std::size_t>(n), 0);
+  for (auto i : allgather(mine, MPI_COMM_WORLD)) {
+    EXPECT_TRUE(i >= 0 && i < n) << "index " << i << " out of range";
+    if (i >= 0 && i < n) ++count[static_cast<std::size_t>(i)];
+  }
+  return count;
+}
+
 // Rank 0's coverage counters: `epochs` complete epochs, each with all n samples once.
 void expect_exactly_once(const Session& s, std::int64_t n, std::size_t epochs) {
   EXPECT_EQ(s.samples_committed(), static_cast<std::int64_t>(epochs) * n);
@@ -148,20 +165,7 @@ TEST(Session, EverySampleOnceAcrossEpochsWhilePlansChange) {
   opt.max_epochs = 3;
   opt.shard_size = 17;
   Session s(MPI_COMM_WORLD, opt);
-  std::vector<std::int64_t> mine;
-  while (!s.finished()) {
-    StepWork w = s.begin_step();
-    mine.insert(mine.end(), w.samples.begin(), w.samples.end());
-    s.end_step();
-  }
-  const auto all = allgather(mine, MPI_COMM_WORLD);
-  std::vector<int> count(static_cast<std::size_t>(n), 0);
-  for (auto i : all) {
-    ASSERT_GE(i, 0);
-    ASSERT_LT(i, n);
-    ++count[static_cast<std::size_t>(i)];
-  }
-  for (std::int64_t i = 0; i < n; ++i) ASSERT_EQ(count[static_cast<std::size_t>(i)], 3) << "sample " << i;
+  EXPECT_EQ(count_uses_until_finished(s, n), std::vector<int>(static_cast<std::size_t>(n), 3));
   expect_exactly_once(s, n, 3);
 }
 
@@ -173,16 +177,7 @@ TEST(Session, TinyDataSetSmallerThanOneStep) {
   o.max_epochs = 7;
   o.controller.policy = "static";
   Session s(MPI_COMM_WORLD, o);
-  std::vector<std::int64_t> mine;
-  while (!s.finished()) {
-    StepWork w = s.begin_step();
-    mine.insert(mine.end(), w.samples.begin(), w.samples.end());
-    s.end_step();
-  }
-  const auto all = allgather(mine, MPI_COMM_WORLD);
-  std::vector<int> count(5, 0);
-  for (auto i : all) ++count[static_cast<std::size_t>(i)];
-  EXPECT_EQ(count, std::vector<int>(5, 7));
+  EXPECT_EQ(count_uses_until_finished(s, 5), std::vector<int>(5, 7));
 }
 
 TEST(Session, TrainingUnderDdMatchesOneRankOnTheSameSamples) {
