@@ -97,7 +97,9 @@ class Ledger {
   // checkpoint (see restore), then the lowest open epoch's TODO (returned tails first, then
   // shards in the epoch's order), then tails reserved for other ranks, then a new epoch.
   // nullopt when nothing is left (max_epochs reached).
-  std::optional<Grant> acquire(int rank);
+  // `max_positions` > 0 caps the grant: a longer TODO piece is split and its remainder stays
+  // first in line, so the next grant continues the same shard. Reserved tails are not split.
+  std::optional<Grant> acquire(int rank, std::int64_t max_positions = 0);
   // The next k positions of the rank's DOING pieces, in acquisition order; runs may span
   // pieces; fewer if the rank holds fewer.
   std::vector<Grant> consume(int rank, std::int64_t k);
@@ -163,7 +165,7 @@ class Ledger {
   void check_rank(int rank, const char* what) const;
   Epoch& epoch_state(std::int64_t epoch);
   Epoch* find_epoch(std::int64_t epoch);
-  Grant take_piece(int rank, Epoch& e);
+  Grant take_piece(int rank, Epoch& e, std::int64_t max_positions);
   Grant hand_out(int rank, std::int64_t epoch, std::int64_t shard, std::int64_t begin, std::int64_t end);
   void return_tails(std::vector<Reserved> tails);
   void close_complete_epochs();

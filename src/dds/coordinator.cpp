@@ -47,7 +47,9 @@ std::vector<Grant> Coordinator::grant(const std::vector<std::int64_t>& demand) {
     for (int r = 0; r < world; ++r) {
       const std::int64_t target = static_cast<std::int64_t>(prefetch_steps_) * demand[static_cast<std::size_t>(r)];
       if (ledger_.held(r) >= target) continue;
-      auto piece = ledger_.acquire(r);
+      // Grants are cut to the rank's own prefetch target, not whole shards: a slow rank then
+      // never sits on a large shard that everyone waits for at the end of the last epoch.
+      auto piece = ledger_.acquire(r, std::max<std::int64_t>(1, target));
       if (!piece) return out;  // max_epochs reached: nothing left for anyone
       out.push_back(*piece);
       progress = true;

@@ -61,17 +61,24 @@ Grant Ledger::hand_out(int rank, std::int64_t epoch, std::int64_t shard, std::in
   return Grant{epoch, shard, begin, end, static_cast<std::int32_t>(rank)};
 }
 
-Grant Ledger::take_piece(int rank, Epoch& e) {
+Grant Ledger::take_piece(int rank, Epoch& e, std::int64_t max_positions) {
+  TodoPiece p;
   if (!e.returned.empty()) {
-    const TodoPiece p = e.returned.front();
+    p = e.returned.front();
     e.returned.pop_front();
-    return hand_out(rank, e.epoch, p.shard, p.begin, p.end);
+  } else {
+    p.shard = map_.shard_at(e.epoch, e.next_order++);
+    p.begin = 0;
+    p.end = map_.shard_length(p.shard);
   }
-  const std::int64_t shard = map_.shard_at(e.epoch, e.next_order++);
-  return hand_out(rank, e.epoch, shard, 0, map_.shard_length(shard));
+  if (max_positions > 0 && p.end - p.begin > max_positions) {
+    e.returned.push_front(TodoPiece{p.shard, p.begin + max_positions, p.end});  // still TODO
+    p.end = p.begin + max_positions;
+  }
+  return hand_out(rank, e.epoch, p.shard, p.begin, p.end);
 }
 
-std::optional<Grant> Ledger::acquire(int rank) {
+std::optional<Grant> Ledger::acquire(int rank, std::int64_t max_positions) {
   check_rank(rank, "acquire");
   auto& own = reserved_[static_cast<std::size_t>(rank)];
   if (!own.empty()) {
@@ -80,7 +87,7 @@ std::optional<Grant> Ledger::acquire(int rank) {
     return hand_out(rank, r.epoch, r.shard, r.begin, r.end);
   }
   for (auto& e : open_) {
-    if (!e.returned.empty() || e.next_order < map_.num_shards()) return take_piece(rank, e);
+    if (!e.returned.empty() || e.next_order < map_.num_shards()) return take_piece(rank, e, max_positions);
   }
   // Nothing free in the open epochs: take a tail reserved for another rank before opening a
   // new epoch, so a rank that never asks again cannot keep an epoch from completing.
@@ -96,7 +103,7 @@ std::optional<Grant> Ledger::acquire(int rank) {
   fresh.epoch = next_epoch_++;
   fresh.todo = map_.dataset_size();
   open_.push_back(std::move(fresh));
-  return take_piece(rank, open_.back());
+  return take_piece(rank, open_.back(), max_positions);
 }
 
 std::vector<Grant> Ledger::consume(int rank, std::int64_t k) {

@@ -450,3 +450,42 @@ TEST(Client, KeepsOnlyItsOwnGrantsAndTakesAcrossThem) {
   EXPECT_EQ(client.held(), 0);
   EXPECT_TRUE(client.take(3).empty());
 }
+
+TEST(Ledger, CappedAcquireSplitsAPieceAndKeepsTheRemainderFirst) {
+  LedgerOptions o;
+  o.dataset_size = 100;
+  o.shard_size = 40;
+  o.shuffle_shards = false;
+  Ledger ledger(o, 2);
+  const auto a = ledger.acquire(0, 15);
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->shard, 0);
+  EXPECT_EQ(a->begin, 0);
+  EXPECT_EQ(a->end, 15);
+  const auto b = ledger.acquire(1, 100);  // the rest of shard 0 comes next, whole
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->shard, 0);
+  EXPECT_EQ(b->begin, 15);
+  EXPECT_EQ(b->end, 40);
+  const auto c = ledger.acquire(1);  // uncapped: a whole shard
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->shard, 1);
+  EXPECT_EQ(c->size(), 40);
+  ledger.check_identity();
+  const auto counts = ledger.counts();
+  ASSERT_EQ(counts.size(), 1u);
+  EXPECT_EQ(counts[0].todo, 100 - 15 - 25 - 40);
+  EXPECT_EQ(counts[0].doing_remaining, 80);
+}
+
+TEST(Coordinator, GrantsAreCutToEachRanksTarget) {
+  LedgerOptions o;
+  o.dataset_size = 10000;
+  o.shard_size = 500;
+  Coordinator coordinator(o, 2, 2);
+  for (const auto& g : coordinator.grant({40, 5})) {
+    EXPECT_LE(g.size(), g.rank == 0 ? 80 : 10) << "a grant never exceeds prefetch x demand";
+  }
+  EXPECT_EQ(coordinator.ledger().held(0), 80);
+  EXPECT_EQ(coordinator.ledger().held(1), 10);
+}
