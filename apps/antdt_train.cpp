@@ -369,6 +369,13 @@ int run(const TrainOptions& o, int world_size) {
     agree(comm, [&] {
       if (root) {
         latest = find_latest_checkpoint(ckpt_dir);
+        const auto all = list_checkpoints(ckpt_dir);
+        if (!latest && !all.empty()) {
+          // Checkpoints exist but none is usable: starting fresh would silently discard the
+          // run. Report why the newest one fails instead.
+          CheckpointReader(all.back()).verify();
+          throw CheckpointError("none of the " + std::to_string(all.size()) + " checkpoints in " + ckpt_dir + " is usable");
+        }
         if (latest) {
           reader.emplace(*latest);
           const auto saved_layers = reader->int64s("model/layers");

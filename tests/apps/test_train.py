@@ -234,6 +234,18 @@ class Checkpoints(Workdir):
         self.assertEqual(s["samples"], 3 * self.samples)
         self.assertEqual([e["committed"] for e in s["epochs"]], [self.samples] * 3)
 
+    def test_resume_from_only_a_corrupt_checkpoint_is_a_clear_error(self):
+        d = os.path.join(self.dir, "corrupt")
+        r = mpirun(2, *self.base(), "--steps", "3", "--checkpoint-dir", d)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        (ckpt,) = [f for f in os.listdir(d) if f.startswith("ckpt-")]
+        path = os.path.join(d, ckpt)
+        os.truncate(path, os.path.getsize(path) // 2)
+        r = mpirun(2, *self.base(), "--steps", "6", "--checkpoint-dir", d, "--resume")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn(ckpt, r.stderr, "the error names the file")
+        self.assertIn("truncated", r.stderr)
+
     def test_resume_with_other_model_shape_is_a_clear_error(self):
         d = os.path.join(self.dir, "shape")
         r = mpirun(2, *self.base(), "--steps", "3", "--checkpoint-dir", d)
