@@ -21,14 +21,19 @@ int main(int argc, char** argv) {
   float noise = 1.0f;
   antdt::data::Hdf5Names names;
   app.add_option("--output,-o", output, "Training set file to write (HDF5)")->required();
-  app.add_option("--samples,-n", samples, "Number of training samples")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--samples,-n", samples, "Number of training samples")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--dim,-d", dim, "Features per sample")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--classes,-c", classes, "Number of classes")->check(CLI::Range(2, 1 << 20))->capture_default_str();
   app.add_option("--seed", seed, "Seed (same seed, same data)")->capture_default_str();
   app.add_option("--noise", noise, "Spread of each class around its centre (higher is harder)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--eval-output", eval_output, "Also write a held-out set from the same distribution here");
-  app.add_option("--eval-samples", eval_samples, "Samples of the held-out set")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--eval-samples", eval_samples, "Samples of the held-out set")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_option("--features-name", names.features, "Name of the features data set")->capture_default_str();
   app.add_option("--labels-name", names.labels, "Name of the labels data set")->capture_default_str();
   antdt::cli::add_env_names(app);
@@ -54,11 +59,13 @@ int main(int argc, char** argv) {
     antdt::data::InMemoryDataset train({all.features().begin(), cut_f}, {all.labels().begin(), cut_l}, dim, classes);
     antdt::data::write_hdf5(output, train, names);
     std::printf("antdt-datagen: wrote %s: %lld samples x %lld features, %d classes (seed %llu)\n", output.c_str(),
-                static_cast<long long>(samples), static_cast<long long>(dim), classes, static_cast<unsigned long long>(seed));
+                static_cast<long long>(samples), static_cast<long long>(dim), classes,
+                static_cast<unsigned long long>(seed));
     if (!eval_output.empty()) {
       antdt::data::InMemoryDataset held_out({cut_f, all.features().end()}, {cut_l, all.labels().end()}, dim, classes);
       antdt::data::write_hdf5(eval_output, held_out, names);
-      std::printf("antdt-datagen: wrote %s: %lld held-out samples\n", eval_output.c_str(), static_cast<long long>(eval_samples));
+      std::printf("antdt-datagen: wrote %s: %lld held-out samples\n", eval_output.c_str(),
+                  static_cast<long long>(eval_samples));
     }
     return 0;
   });

@@ -27,11 +27,12 @@ std::string join(const std::vector<std::int64_t>& v, std::size_t limit = 16) {
 }
 
 int run(int argc, char** argv) {
-  CLI::App app{"antdt-sim: discrete-event simulation of heterogeneous data-parallel training.\n"
-               "Runs the real antdt Controller/Monitor/planner on virtual ranks whose compute for b samples\n"
-               "takes b * c / speed_i seconds (times transient slowdowns and jitter), then an alpha-beta allreduce.\n"
-               "Efficiency = throughput / sum_i x_i with x_i = speed_i / c (the ideal; no schedule beats it).",
-               "antdt-sim"};
+  CLI::App app{
+      "antdt-sim: discrete-event simulation of heterogeneous data-parallel training.\n"
+      "Runs the real antdt Controller/Monitor/planner on virtual ranks whose compute for b samples\n"
+      "takes b * c / speed_i seconds (times transient slowdowns and jitter), then an alpha-beta allreduce.\n"
+      "Efficiency = throughput / sum_i x_i with x_i = speed_i / c (the ideal; no schedule beats it).",
+      "antdt-sim"};
   std::string speeds_text = "1,1,1,0.33";
   std::vector<std::string> policies{"static", "dd"};
   std::string transient_text;
@@ -44,16 +45,21 @@ int run(int argc, char** argv) {
   app.add_option("--speeds,--emulate-speed", speeds_text,
                  "Relative speed per rank, comma separated; the number of entries is the world size")
       ->capture_default_str();
-  app.add_option("--global-batch,-B", ctl.global_batch, "Global batch B (samples per step, kept constant)")->capture_default_str();
-  app.add_option("--steps", config.steps, "Steps to simulate")->capture_default_str();
-  app.add_option("--policy", policies, "Controller policies to compare, run one after another (registered: " +
-                                           [] {
-                                             std::string s;
-                                             for (const auto& n : antdt::policy_names()) s += (s.empty() ? "" : ", ") + n;
-                                             return s;
-                                           }() + ")")
+  app.add_option("--global-batch,-B", ctl.global_batch, "Global batch B (samples per step, kept constant)")
       ->capture_default_str();
-  app.add_option("--micro-batch-cap", caps, "Most samples per micro-step m_i: one value for all ranks or one per rank (0: no cap)")
+  app.add_option("--steps", config.steps, "Steps to simulate")->capture_default_str();
+  app.add_option(
+         "--policy", policies,
+         "Controller policies to compare, run one after another (registered: " +
+             [] {
+               std::string s;
+               for (const auto& n : antdt::policy_names()) s += (s.empty() ? "" : ", ") + n;
+               return s;
+             }() +
+             ")")
+      ->capture_default_str();
+  app.add_option("--micro-batch-cap", caps,
+                 "Most samples per micro-step m_i: one value for all ranks or one per rank (0: no cap)")
       ->capture_default_str();
   app.add_option("--seconds-per-sample", config.seconds_per_sample, "c: compute seconds per sample at speed 1")
       ->capture_default_str();
@@ -64,7 +70,8 @@ int run(int argc, char** argv) {
   app.add_option("--emulate-transient", transient_text,
                  "P,FACTOR,STEPS: per rank and step, with probability P a slowdown by FACTOR lasting STEPS steps");
   app.add_option("--seed", config.emulation.seed, "Seed of the transient and jitter draws")->capture_default_str();
-  app.add_option("--min-gain", ctl.min_gain, "dd: least predicted relative gain to change the plan")->capture_default_str();
+  app.add_option("--min-gain", ctl.min_gain, "dd: least predicted relative gain to change the plan")
+      ->capture_default_str();
   app.add_option("--min-interval", ctl.min_interval, "dd: least steps between plan changes")->capture_default_str();
   app.add_option("--warmup", ctl.warmup_steps, "Steps ignored at the start")->capture_default_str();
   app.add_option("--window", ctl.window, "Monitor window in steps")->capture_default_str();
@@ -72,10 +79,12 @@ int run(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--straggler-ratio", ctl.straggler_ratio, "Slow: throughput below this fraction of the cluster median")
       ->capture_default_str();
-  app.add_option("--plan-lag", ctl.plan_lag, "Extra steps between deciding a plan and applying it")->capture_default_str();
+  app.add_option("--plan-lag", ctl.plan_lag, "Extra steps between deciding a plan and applying it")
+      ->capture_default_str();
   app.add_option("--alpha", ctl.cost.alpha, "Cost model: allreduce latency (s)")->capture_default_str();
   app.add_option("--beta", ctl.cost.beta, "Cost model: seconds per byte (1/bandwidth)")->capture_default_str();
-  app.add_option("--gradient-bytes", ctl.cost.gradient_bytes, "Cost model: bytes reduced per step")->capture_default_str();
+  app.add_option("--gradient-bytes", ctl.cost.gradient_bytes, "Cost model: bytes reduced per step")
+      ->capture_default_str();
   app.add_flag("--show-plans", show_plans, "Print every policy's plan history");
   antdt::cli::add_env_names(app);
   if (const int code = antdt::cli::parse(app, argc, argv, 0); code >= 0) return code;
@@ -96,9 +105,9 @@ int run(int argc, char** argv) {
             << "        " << config.emulation.describe() << "\n"
             << "cost model: alpha " << ctl.cost.alpha << " s, beta " << ctl.cost.beta << " s/byte, gradient bytes "
             << ctl.cost.gradient_bytes << "\n"
-            << "controller: window " << ctl.window << ", persistence " << ctl.persistence << ", min gain " << ctl.min_gain
-            << ", min interval " << ctl.min_interval << ", warmup " << ctl.warmup_steps << ", straggler ratio "
-            << ctl.straggler_ratio << ", plan lag " << ctl.plan_lag << "\n\n";
+            << "controller: window " << ctl.window << ", persistence " << ctl.persistence << ", min gain "
+            << ctl.min_gain << ", min interval " << ctl.min_interval << ", warmup " << ctl.warmup_steps
+            << ", straggler ratio " << ctl.straggler_ratio << ", plan lag " << ctl.plan_lag << "\n\n";
 
   std::vector<antdt::sim::SimResult> results;
   for (const auto& policy : policies) {
@@ -107,7 +116,8 @@ int run(int argc, char** argv) {
   }
   std::cout << std::left << std::setw(10) << "policy" << std::right << std::setw(14) << "samples/s" << std::setw(12)
             << "ideal" << std::setw(12) << "efficiency" << std::setw(8) << "idle" << std::setw(14) << "plan_changes"
-            << std::setw(14) << "last_change" << std::setw(10) << "pred_err" << std::setw(14) << "ctl_us/step" << "\n";
+            << std::setw(14) << "last_change" << std::setw(10) << "pred_err" << std::setw(14) << "ctl_us/step"
+            << "\n";
   for (const auto& r : results) {
     std::cout << std::left << std::setw(10) << r.policy << std::right << std::fixed << std::setprecision(1)
               << std::setw(14) << r.throughput << std::setw(12) << r.ideal_throughput << std::setprecision(3)

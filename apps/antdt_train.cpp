@@ -93,95 +93,174 @@ void add_options(CLI::App& app, TrainOptions& o) {
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a later --x wins
   app.set_config("--config", "", "Read options from a TOML/INI file (keys are the long option names)");
   const char* data = "Data";
-  app.add_option("--data", o.data, "Training set: HDF5 file with features (N x D float32) and labels (N int32); "
-                                   "without it, a synthetic set is generated in memory")->group(data);
+  app.add_option("--data", o.data,
+                 "Training set: HDF5 file with features (N x D float32) and labels (N int32); "
+                 "without it, a synthetic set is generated in memory")
+      ->group(data);
   app.add_option("--eval-data", o.eval_data, "Held-out evaluation set (HDF5, same layout)")->group(data);
-  app.add_option("--features-name", o.features_name, "Name of the features data set")->group(data)->capture_default_str();
+  app.add_option("--features-name", o.features_name, "Name of the features data set")
+      ->group(data)
+      ->capture_default_str();
   app.add_option("--labels-name", o.labels_name, "Name of the labels data set")->group(data)->capture_default_str();
   app.add_option("--synthetic-samples", o.synthetic_samples, "Samples of the in-memory synthetic set (no --data)")
-      ->group(data)->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--synthetic-seed", o.synthetic_seed, "Seed of the in-memory synthetic set")->group(data)->capture_default_str();
-  app.add_option("--read-mode", o.read_mode, "HDF5 reads: independent (each rank opens the file itself) or collective "
-                                             "(MPI-IO driver on all ranks; docs/data.md has the measurement)")
-      ->group(data)->check(CLI::IsMember({"independent", "collective"}))->capture_default_str();
+      ->group(data)
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--synthetic-seed", o.synthetic_seed, "Seed of the in-memory synthetic set")
+      ->group(data)
+      ->capture_default_str();
+  app.add_option("--read-mode", o.read_mode,
+                 "HDF5 reads: independent (each rank opens the file itself) or collective "
+                 "(MPI-IO driver on all ranks; docs/data.md has the measurement)")
+      ->group(data)
+      ->check(CLI::IsMember({"independent", "collective"}))
+      ->capture_default_str();
   app.add_option("--eval-every", o.eval_every, "Evaluate on --eval-data every K steps (0: only at the end)")
-      ->group(data)->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->group(data)
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
 
   const char* model = "Model";
   app.add_option("--layers", o.layers, "MLP widths: input,hidden...,classes (input must match the data)")
-      ->group(model)->capture_default_str();
+      ->group(model)
+      ->capture_default_str();
   app.add_option("--optimizer", o.optimizer, "sgd (with momentum) or adam")
-      ->group(model)->check(CLI::IsMember({"sgd", "adam"}))->capture_default_str();
+      ->group(model)
+      ->check(CLI::IsMember({"sgd", "adam"}))
+      ->capture_default_str();
   app.add_option("--lr", o.lr, "Learning rate")->group(model)->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--momentum", o.momentum, "SGD momentum")->group(model)->check(CLI::Range(0.0, 1.0))->capture_default_str();
-  app.add_option("--weight-decay", o.weight_decay, "L2 weight decay")->group(model)->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--momentum", o.momentum, "SGD momentum")
+      ->group(model)
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  app.add_option("--weight-decay", o.weight_decay, "L2 weight decay")
+      ->group(model)
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_option("--model-seed", o.model_seed, "Parameter initialisation seed")->group(model)->capture_default_str();
   app.add_option("--device", o.device, "auto (GPU when present), host or cuda")
-      ->group(model)->check(CLI::IsMember({"auto", "host", "cuda"}))->capture_default_str();
+      ->group(model)
+      ->check(CLI::IsMember({"auto", "host", "cuda"}))
+      ->capture_default_str();
 
   const char* sched = "Schedule";
   app.add_option("--global-batch", o.global_batch, "Samples per step across all ranks (B)")
-      ->group(sched)->check(CLI::PositiveNumber)->capture_default_str();
+      ->group(sched)
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--steps", o.steps, "Stop after this many steps (0: no step limit)")
-      ->group(sched)->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--epochs", o.epochs, "Stop after this many epochs (0: no epoch limit); one of --steps/--epochs is needed")
-      ->group(sched)->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--micro-batch-cap", o.micro_batch_cap, "Most samples per micro-step on this rank (0: from free memory)")
-      ->group(sched)->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->group(sched)
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--epochs", o.epochs,
+                 "Stop after this many epochs (0: no epoch limit); one of --steps/--epochs is needed")
+      ->group(sched)
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--micro-batch-cap", o.micro_batch_cap,
+                 "Most samples per micro-step on this rank (0: from free memory)")
+      ->group(sched)
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_option("--shard-size", o.shard_size, "DDS shard length in samples (0: about 10 micro-batches)")
-      ->group(sched)->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->group(sched)
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_option("--data-seed", o.data_seed, "Seed of the per-epoch shard order")->group(sched)->capture_default_str();
-  app.add_flag("--shuffle-within-shard", o.shuffle_within_shard, "Also shuffle sample order inside each shard")->group(sched);
+  app.add_flag("--shuffle-within-shard", o.shuffle_within_shard, "Also shuffle sample order inside each shard")
+      ->group(sched);
   app.add_option("--prefetch-steps", o.prefetch_steps, "Grant shards this many steps ahead")
-      ->group(sched)->check(CLI::Range(1, 64))->capture_default_str();
+      ->group(sched)
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
 
   const char* pol = "Policy";
-  app.add_option("--policy", o.policy, "static (equal batches), dd (dedicated: speed-proportional batches), nd (non-dedicated)")
-      ->group(pol)->check(CLI::IsMember({"static", "dd", "nd"}))->capture_default_str();
+  app.add_option("--policy", o.policy,
+                 "static (equal batches), dd (dedicated: speed-proportional batches), nd (non-dedicated)")
+      ->group(pol)
+      ->check(CLI::IsMember({"static", "dd", "nd"}))
+      ->capture_default_str();
   app.add_option("--backup-workers", o.backup_workers, "Backup ranks per step (nd policy only)")
-      ->group(pol)->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_flag("--probe,!--no-probe", o.probe, "Time a few micro-steps per rank at start so the planner begins from the best split")
-      ->group(pol)->capture_default_str();
+      ->group(pol)
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_flag("--probe,!--no-probe", o.probe,
+               "Time a few micro-steps per rank at start so the planner begins from the best split")
+      ->group(pol)
+      ->capture_default_str();
   app.add_option("--min-gain", o.min_gain, "Re-plan only when the predicted step time improves by this fraction")
-      ->group(pol)->check(CLI::Range(0.0, 1.0))->capture_default_str();
+      ->group(pol)
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
   app.add_option("--min-interval", o.min_interval, "Steps between plan changes, at least")
-      ->group(pol)->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--window", o.window, "Monitor window in steps")->group(pol)->check(CLI::Range(2, 10000))->capture_default_str();
-  app.add_option("--persistence", o.persistence, "Windows a rank must stay slow before it counts as a persistent straggler")
-      ->group(pol)->check(CLI::Range(1, 10000))->capture_default_str();
+      ->group(pol)
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--window", o.window, "Monitor window in steps")
+      ->group(pol)
+      ->check(CLI::Range(2, 10000))
+      ->capture_default_str();
+  app.add_option("--persistence", o.persistence,
+                 "Windows a rank must stay slow before it counts as a persistent straggler")
+      ->group(pol)
+      ->check(CLI::Range(1, 10000))
+      ->capture_default_str();
 
   const char* emu = "Straggler emulation (reports say EMULATED)";
-  app.add_option("--emulate-speed", o.emulate_speed, "Per-rank relative speeds, e.g. 1,1,1,0.33: compute is stretched to compute/speed")
+  app.add_option("--emulate-speed", o.emulate_speed,
+                 "Per-rank relative speeds, e.g. 1,1,1,0.33: compute is stretched to compute/speed")
       ->group(emu);
-  app.add_option("--emulate-transient", o.emulate_transient, "P,FACTOR,STEPS: each step a rank starts a FACTORx slowdown for STEPS steps with probability P")
+  app.add_option("--emulate-transient", o.emulate_transient,
+                 "P,FACTOR,STEPS: each step a rank starts a FACTORx slowdown for STEPS steps with probability P")
       ->group(emu);
-  app.add_option("--virtual-device", o.virtual_device, "Seconds per sample at speed 1: compute of b samples takes b*c/speed (virtual-device benchmark mode)")
-      ->group(emu)->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--emulate-seed", o.emulate_seed, "Seed of the transient slowdowns")->group(emu)->capture_default_str();
+  app.add_option("--virtual-device", o.virtual_device,
+                 "Seconds per sample at speed 1: compute of b samples takes b*c/speed (virtual-device benchmark mode)")
+      ->group(emu)
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--emulate-seed", o.emulate_seed, "Seed of the transient slowdowns")
+      ->group(emu)
+      ->capture_default_str();
 
   const char* ck = "Checkpoints";
   app.add_option("--checkpoint-dir", o.checkpoint_dir, "Directory for HDF5 checkpoints (%j = Slurm job id)")->group(ck);
   app.add_option("--checkpoint-every", o.checkpoint_every, "Checkpoint every K steps (0: only at the end)")
-      ->group(ck)->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->group(ck)
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_option("--checkpoint-keep", o.checkpoint_keep, "Keep the newest K checkpoints")
-      ->group(ck)->check(CLI::Range(1, 1000))->capture_default_str();
-  app.add_flag("--resume", o.resume, "Resume from the newest complete checkpoint in --checkpoint-dir (any world size)")->group(ck);
+      ->group(ck)
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  app.add_flag("--resume", o.resume, "Resume from the newest complete checkpoint in --checkpoint-dir (any world size)")
+      ->group(ck);
 
   const char* out = "Outputs";
-  app.add_option("--summary-json", o.summary_json, "Write the end-of-run summary as JSON here (%j = job id)")->group(out);
+  app.add_option("--summary-json", o.summary_json, "Write the end-of-run summary as JSON here (%j = job id)")
+      ->group(out);
   app.add_option("--timeline", o.timeline, "Write a Chrome-trace timeline (Perfetto) here")->group(out);
   app.add_option("--metrics", o.metrics, "Write per-step, per-rank metrics here (.csv, otherwise JSONL)")->group(out);
   app.add_option("--progress", o.progress, "Progress line on rank 0: auto (only on a terminal), always, never")
-      ->group(out)->check(CLI::IsMember({"auto", "always", "never"}))->capture_default_str();
+      ->group(out)
+      ->check(CLI::IsMember({"auto", "always", "never"}))
+      ->capture_default_str();
   app.add_option("--progress-every", o.progress_every, "Steps between progress lines")
-      ->group(out)->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--log-level", o.log_level, "error, warn, info, debug or trace (default: ANTDT_LOG_LEVEL or info)")->group(out);
+      ->group(out)
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--log-level", o.log_level, "error, warn, info, debug or trace (default: ANTDT_LOG_LEVEL or info)")
+      ->group(out);
   app.add_flag("--quiet", o.quiet, "Do not print the end-of-run report")->group(out);
 
   const char* test = "Testing";
-  app.add_option("--fail-at-step", o.fail_at_step, "Kill --fail-rank with SIGKILL when it begins this step (failure tests)")
-      ->group(test)->capture_default_str();
-  app.add_option("--fail-rank", o.fail_rank, "Rank killed by --fail-at-step")->group(test)->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--fail-at-step", o.fail_at_step,
+                 "Kill --fail-rank with SIGKILL when it begins this step (failure tests)")
+      ->group(test)
+      ->capture_default_str();
+  app.add_option("--fail-rank", o.fail_rank, "Rank killed by --fail-at-step")
+      ->group(test)
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   antdt::cli::add_env_names(app);
 }
 
@@ -190,15 +269,17 @@ void validate(const TrainOptions& o, int world) {
   using antdt::UsageError;
   if (o.steps == 0 && o.epochs == 0) throw UsageError("give --steps or --epochs (or both)");
   if (o.policy == "nd") {
-    throw UsageError("--policy nd (non-dedicated mode: backup workers, kill-restart) is not available in this version; "
-                     "use static or dd");
+    throw UsageError(
+        "--policy nd (non-dedicated mode: backup workers, kill-restart) is not available in this version; "
+        "use static or dd");
   }
   if (o.backup_workers > 0) throw UsageError("--backup-workers needs --policy nd");
   if (o.resume && o.checkpoint_dir.empty()) throw UsageError("--resume needs --checkpoint-dir");
   if (o.checkpoint_every > 0 && o.checkpoint_dir.empty()) throw UsageError("--checkpoint-every needs --checkpoint-dir");
   if (o.eval_every > 0 && o.eval_data.empty()) throw UsageError("--eval-every needs --eval-data");
   if (o.fail_at_step >= 0 && o.fail_rank >= world) {
-    throw UsageError("--fail-rank " + std::to_string(o.fail_rank) + " is not a rank of this " + std::to_string(world) + "-rank job");
+    throw UsageError("--fail-rank " + std::to_string(o.fail_rank) + " is not a rank of this " + std::to_string(world) +
+                     "-rank job");
   }
   (void)antdt::parse_layers(o.layers);
   if (!o.emulate_speed.empty()) (void)antdt::parse_speeds(o.emulate_speed);
@@ -308,8 +389,8 @@ int run(const TrainOptions& o, int world_size) {
                        " features per sample");
     }
     if (train->num_classes() > layers.back()) {
-      throw UsageError("--layers ends with " + std::to_string(layers.back()) + " classes but the data has labels up to " +
-                       std::to_string(train->num_classes() - 1));
+      throw UsageError("--layers ends with " + std::to_string(layers.back()) +
+                       " classes but the data has labels up to " + std::to_string(train->num_classes() - 1));
     }
     if (eval && eval->dim() != train->dim()) throw UsageError("--eval-data has a different feature count than --data");
   });
@@ -344,7 +425,8 @@ int run(const TrainOptions& o, int world_size) {
   so.emulation.virtual_seconds_per_sample = o.virtual_device;
   so.emulation.seed = o.emulate_seed;
   so.gradient_bytes = model->gradient_count() * static_cast<std::int64_t>(sizeof(float));
-  if (device.backend == Backend::cuda) so.device_prior = gpu_relative_throughput(device.compute_capability, device.name);
+  if (device.backend == Backend::cuda)
+    so.device_prior = gpu_relative_throughput(device.compute_capability, device.name);
 
   Session session(MPI_COMM_WORLD, so);
   const MPI_Comm comm = session.comm().get();
@@ -374,14 +456,16 @@ int run(const TrainOptions& o, int world_size) {
           // Checkpoints exist but none is usable: starting fresh would silently discard the
           // run. Report why the newest one fails instead.
           CheckpointReader(all.back()).verify();
-          throw CheckpointError("none of the " + std::to_string(all.size()) + " checkpoints in " + ckpt_dir + " is usable");
+          throw CheckpointError("none of the " + std::to_string(all.size()) + " checkpoints in " + ckpt_dir +
+                                " is usable");
         }
         if (latest) {
           reader.emplace(*latest);
           const auto saved_layers = reader->int64s("model/layers");
           if (saved_layers != layers) {
-            throw CheckpointError("checkpoint " + *latest + " holds a model of shape " + std::to_string(saved_layers.size()) +
-                                  " layers that differs from --layers " + o.layers);
+            throw CheckpointError("checkpoint " + *latest + " holds a model of shape " +
+                                  std::to_string(saved_layers.size()) + " layers that differs from --layers " +
+                                  o.layers);
           }
         }
       }
@@ -415,7 +499,8 @@ int run(const TrainOptions& o, int world_size) {
   Batch batch;
   if (!resumed && o.probe && o.policy != "static") {
     // A few micro-steps on this rank's first samples time its speed for the planner.
-    const std::int64_t n = std::min<std::int64_t>({cap, train->size(), std::max<std::int64_t>(1, o.global_batch / world_size)});
+    const std::int64_t n =
+        std::min<std::int64_t>({cap, train->size(), std::max<std::int64_t>(1, o.global_batch / world_size)});
     std::vector<std::int64_t> idx(static_cast<std::size_t>(n));
     std::iota(idx.begin(), idx.end(), 0);
     batch.features.resize(static_cast<std::size_t>(n * train->dim()));
@@ -488,7 +573,8 @@ int run(const TrainOptions& o, int world_size) {
     if (eval && o.eval_every > 0 && done_steps % o.eval_every == 0) {
       eval_result = evaluate(*model, *eval, comm, cap);
       if (root) {
-        ANTDT_LOG(info) << "step " << done_steps << ": eval loss " << eval_result->first << ", accuracy " << eval_result->second;
+        ANTDT_LOG(info) << "step " << done_steps << ": eval loss " << eval_result->first << ", accuracy "
+                        << eval_result->second;
       }
     }
     if (o.checkpoint_every > 0 && done_steps % o.checkpoint_every == 0 && !session.finished()) save_checkpoint();
@@ -528,7 +614,9 @@ int run(const TrainOptions& o, int world_size) {
     sum.wall_seconds = wall;
     summarize_session(session, sum);
     sum.epochs_completed = static_cast<std::int64_t>(sum.coverage.size());
-    sum.final_loss = recent_loss.empty() ? 0.0 : std::accumulate(recent_loss.begin(), recent_loss.end(), 0.0) / static_cast<double>(recent_loss.size());
+    sum.final_loss = recent_loss.empty() ? 0.0
+                                         : std::accumulate(recent_loss.begin(), recent_loss.end(), 0.0) /
+                                               static_cast<double>(recent_loss.size());
     if (eval_result) {
       sum.eval_loss = eval_result->first;
       sum.eval_accuracy = eval_result->second;
@@ -557,9 +645,10 @@ int run(const TrainOptions& o, int world_size) {
 
 int main(int argc, char** argv) {
   antdt::Environment env(argc, argv);
-  CLI::App app{"antdt-train: data-parallel MLP training that balances ranks of different speeds "
-               "(dynamic sharding, exact weighted gradients).",
-               "antdt-train"};
+  CLI::App app{
+      "antdt-train: data-parallel MLP training that balances ranks of different speeds "
+      "(dynamic sharding, exact weighted gradients).",
+      "antdt-train"};
   app.set_version_flag("--version", std::string("antdt ") + ANTDT_VERSION_STRING);
   app.get_formatter()->column_width(44);
   TrainOptions o;

@@ -13,7 +13,7 @@ packages=(
   libtrilinos-kokkos-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   slurm-wlm munge
-  python3
+  python3 clang-format
 )
 
 missing=()

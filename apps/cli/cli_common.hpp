@@ -2,8 +2,8 @@
 // in the --config file; errors are one line with exit code 2 for bad usage or input.
 #pragma once
 
-#include <CLI/CLI.hpp>
 #include <mpi.h>
+#include <CLI/CLI.hpp>
 
 #include <cctype>
 #include <cstdio>

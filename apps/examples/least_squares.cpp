@@ -24,7 +24,8 @@ constexpr double kTrueB = 0.75;
 
 // Deterministic pseudo-random features in [-1, 1) from (index, j).
 double feature(std::int64_t i, int j) {
-  std::uint64_t z = static_cast<std::uint64_t>(i) * 0x9E3779B97F4A7C15ULL + static_cast<std::uint64_t>(j + 1) * 0xBF58476D1CE4E5B9ULL;
+  std::uint64_t z =
+      static_cast<std::uint64_t>(i) * 0x9E3779B97F4A7C15ULL + static_cast<std::uint64_t>(j + 1) * 0xBF58476D1CE4E5B9ULL;
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
   z ^= z >> 31;
@@ -86,10 +87,11 @@ int main(int argc, char** argv) {
     if (session.rank() == 0) {
       std::string split;
       for (auto v : session.plan().batch) split += (split.empty() ? "" : ",") + std::to_string(v);
-      std::printf("least squares: %d ranks, %lld steps, loss %.3g, max |w - w*| %.2e, split [%s], %lld epochs, "
-                  "duplicated %lld, missing %lld\n",
-                  session.size(), static_cast<long long>(session.step()), last_loss, max_err, split.c_str(),
-                  static_cast<long long>(epochs), static_cast<long long>(dup), static_cast<long long>(missing));
+      std::printf(
+          "least squares: %d ranks, %lld steps, loss %.3g, max |w - w*| %.2e, split [%s], %lld epochs, "
+          "duplicated %lld, missing %lld\n",
+          session.size(), static_cast<long long>(session.step()), last_loss, max_err, split.c_str(),
+          static_cast<long long>(epochs), static_cast<long long>(dup), static_cast<long long>(missing));
       std::printf(ok ? "antdt consumer OK (antdt %s)\n" : "antdt consumer FAILED (antdt %s)\n", ANTDT_VERSION_STRING);
     }
     return ok ? 0 : 1;

@@ -20,17 +20,17 @@
 namespace antdt {
 
 struct ControllerOptions {
-  std::string policy = "dd";          // a registered policy name: "static", "dd", or a plugin's
-  int world_size = 0;                 // 0 = the initial plan's (or, on restore, caps.size() or the saved one)
-  std::int64_t global_batch = 0;      // B; 0 = take it from the initial plan
-  std::vector<std::int64_t> caps;     // m_i per rank (or one for all); empty = the initial plan's
-  double min_gain = 0.05;             // dd: change only if the predicted step time drops by more
-  std::int64_t min_interval = 10;     // dd: at least this many steps between plan changes
-  std::int64_t warmup_steps = 3;      // stats of steps < warmup_steps are not recorded
-  int window = 20;                    // Monitor window (steps)
-  int persistence = 5;                // consecutive steps a condition must hold before it counts
-  double straggler_ratio = 0.85;      // slow: throughput < ratio * cluster median throughput
-  std::int64_t plan_lag = 0;          // extra steps between deciding and applying a plan
+  std::string policy = "dd";       // a registered policy name: "static", "dd", or a plugin's
+  int world_size = 0;              // 0 = the initial plan's (or, on restore, caps.size() or the saved one)
+  std::int64_t global_batch = 0;   // B; 0 = take it from the initial plan
+  std::vector<std::int64_t> caps;  // m_i per rank (or one for all); empty = the initial plan's
+  double min_gain = 0.05;          // dd: change only if the predicted step time drops by more
+  std::int64_t min_interval = 10;  // dd: at least this many steps between plan changes
+  std::int64_t warmup_steps = 3;   // stats of steps < warmup_steps are not recorded
+  int window = 20;                 // Monitor window (steps)
+  int persistence = 5;             // consecutive steps a condition must hold before it counts
+  double straggler_ratio = 0.85;   // slow: throughput < ratio * cluster median throughput
+  std::int64_t plan_lag = 0;       // extra steps between deciding and applying a plan
   CostModelParams cost;
 };
 
@@ -52,13 +52,13 @@ struct RankAssessment {
 
 // What a policy sees. All references are valid for the duration of decide() only.
 struct ControllerContext {
-  std::int64_t step;                         // the step whose stats were just recorded
-  const Plan& plan;                          // the latest issued plan (maybe not yet effective)
+  std::int64_t step;  // the step whose stats were just recorded
+  const Plan& plan;   // the latest issued plan (maybe not yet effective)
   const Monitor& monitor;
   std::span<const RankAssessment> assessments;
-  const ControllerOptions& options;          // global_batch and caps are resolved (never 0/empty)
+  const ControllerOptions& options;  // global_batch and caps are resolved (never 0/empty)
   const CostModel& cost;
-  std::int64_t last_change_step;             // step at which the latest plan was decided; -1: none
+  std::int64_t last_change_step;  // step at which the latest plan was decided; -1: none
   [[nodiscard]] std::int64_t effective_step() const noexcept { return step + 1 + options.plan_lag; }
 };
 

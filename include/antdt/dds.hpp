@@ -157,8 +157,8 @@ class Ledger {
   };
   struct Epoch {
     std::int64_t epoch = 0;
-    std::int64_t next_order = 0;       // shards before this order were already handed out
-    std::deque<TodoPiece> returned;    // tails back in TODO, served before new shards
+    std::int64_t next_order = 0;     // shards before this order were already handed out
+    std::deque<TodoPiece> returned;  // tails back in TODO, served before new shards
     std::int64_t todo = 0, doing = 0, done = 0;
   };
 
@@ -173,9 +173,9 @@ class Ledger {
   LedgerOptions options_;
   ShardMap map_;
   int world_size_;
-  std::int64_t next_epoch_ = 0;               // the next epoch acquire may open
-  std::deque<Epoch> open_;                    // open epochs, ascending
-  std::vector<std::deque<Piece>> doing_;      // per rank, in acquisition order
+  std::int64_t next_epoch_ = 0;                 // the next epoch acquire may open
+  std::deque<Epoch> open_;                      // open epochs, ascending
+  std::vector<std::deque<Piece>> doing_;        // per rank, in acquisition order
   std::vector<std::deque<Reserved>> reserved_;  // per rank, restored tails in old order
   std::vector<std::int64_t> completed_;
 };

@@ -18,13 +18,13 @@ enum class DevicePreference {
 
 struct DeviceInfo {
   Backend backend = Backend::host;
-  int device_id = -1;        // CUDA ordinal, -1 on host
-  int device_count = 0;      // CUDA devices visible to this process
-  std::string name;          // "NVIDIA H200" or "host (OpenBLAS + Kokkos Serial)"
+  int device_id = -1;          // CUDA ordinal, -1 on host
+  int device_count = 0;        // CUDA devices visible to this process
+  std::string name;            // "NVIDIA H200" or "host (OpenBLAS + Kokkos Serial)"
   int compute_capability = 0;  // 90 for sm_90, 0 on host
   std::size_t total_memory = 0;
   std::size_t free_memory = 0;
-  std::string reason;        // why this backend was chosen
+  std::string reason;  // why this backend was chosen
 };
 
 [[nodiscard]] std::string_view backend_name(Backend backend) noexcept;

@@ -20,11 +20,11 @@
 namespace antdt {
 
 struct EmulationOptions {
-  std::vector<double> speeds;              // empty: 1 for all; one value: for all; else one per rank
-  double transient_probability = 0;        // per rank and step, in [0, 1]
-  double transient_factor = 1;             // compute time multiplier while slowed, >= 1
-  std::int64_t transient_steps = 0;        // duration of one slowdown
-  double virtual_seconds_per_sample = 0;   // c; 0 = stretch the measured compute instead
+  std::vector<double> speeds;             // empty: 1 for all; one value: for all; else one per rank
+  double transient_probability = 0;       // per rank and step, in [0, 1]
+  double transient_factor = 1;            // compute time multiplier while slowed, >= 1
+  std::int64_t transient_steps = 0;       // duration of one slowdown
+  double virtual_seconds_per_sample = 0;  // c; 0 = stretch the measured compute instead
   std::uint64_t seed = 0;
 
   [[nodiscard]] bool active() const noexcept;

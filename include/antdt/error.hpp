@@ -84,39 +84,39 @@ namespace detail {
 
 // MPI_SUCCESS, cudaSuccess, CUBLAS_STATUS_SUCCESS and ncclSuccess are all 0 by their
 // standards, so these macros need none of those headers.
-#define ANTDT_CHECK_MPI(call)                                                        \
-  do {                                                                               \
-    const int antdt_mpi_rc_ = (call);                                                \
+#define ANTDT_CHECK_MPI(call)                                                                           \
+  do {                                                                                                  \
+    const int antdt_mpi_rc_ = (call);                                                                   \
     if (antdt_mpi_rc_ != 0) ::antdt::detail::throw_mpi_error(antdt_mpi_rc_, #call, __FILE__, __LINE__); \
   } while (0)
 
-#define ANTDT_CHECK_CUDA(call)                                                       \
-  do {                                                                               \
-    const int antdt_cuda_rc_ = static_cast<int>(call);                               \
+#define ANTDT_CHECK_CUDA(call)                                                                             \
+  do {                                                                                                     \
+    const int antdt_cuda_rc_ = static_cast<int>(call);                                                     \
     if (antdt_cuda_rc_ != 0) ::antdt::detail::throw_cuda_error(antdt_cuda_rc_, #call, __FILE__, __LINE__); \
   } while (0)
 
-#define ANTDT_CHECK_CUBLAS(call)                                                     \
-  do {                                                                               \
-    const int antdt_cublas_rc_ = static_cast<int>(call);                             \
+#define ANTDT_CHECK_CUBLAS(call)                                                                                 \
+  do {                                                                                                           \
+    const int antdt_cublas_rc_ = static_cast<int>(call);                                                         \
     if (antdt_cublas_rc_ != 0) ::antdt::detail::throw_cublas_error(antdt_cublas_rc_, #call, __FILE__, __LINE__); \
   } while (0)
 
-#define ANTDT_CHECK_NCCL(call)                                                       \
-  do {                                                                               \
-    const int antdt_nccl_rc_ = static_cast<int>(call);                               \
+#define ANTDT_CHECK_NCCL(call)                                                                             \
+  do {                                                                                                     \
+    const int antdt_nccl_rc_ = static_cast<int>(call);                                                     \
     if (antdt_nccl_rc_ != 0) ::antdt::detail::throw_nccl_error(antdt_nccl_rc_, #call, __FILE__, __LINE__); \
   } while (0)
 
 // HDF5 calls return a negative value on failure (herr_t or hid_t).
-#define ANTDT_CHECK_HDF5(call)                                                       \
-  do {                                                                               \
-    if ((call) < 0) ::antdt::detail::throw_hdf5_error(#call, __FILE__, __LINE__);    \
+#define ANTDT_CHECK_HDF5(call)                                                    \
+  do {                                                                            \
+    if ((call) < 0) ::antdt::detail::throw_hdf5_error(#call, __FILE__, __LINE__); \
   } while (0)
 
 // Invariant checks: always on (cheap), they abort with file:line and the condition.
-#define ANTDT_ASSERT(cond, msg)                                                      \
-  do {                                                                               \
+#define ANTDT_ASSERT(cond, msg)                                                     \
+  do {                                                                              \
     if (!(cond)) ::antdt::detail::assertion_failed(#cond, msg, __FILE__, __LINE__); \
   } while (0)
 

@@ -15,10 +15,10 @@ namespace antdt {
 struct LaunchInfo {
   int world_rank = 0;
   int world_size = 1;
-  int local_rank = 0;   // rank among the processes on this node
+  int local_rank = 0;  // rank among the processes on this node
   int local_size = 1;
-  std::string job_id;   // Slurm job id (with array/step suffix where present), or ""
-  std::string source;   // what the ranks came from: "mpi", "ompi", "pmi", "slurm", "none"
+  std::string job_id;  // Slurm job id (with array/step suffix where present), or ""
+  std::string source;  // what the ranks came from: "mpi", "ompi", "pmi", "slurm", "none"
   std::string hostname;
 };
 

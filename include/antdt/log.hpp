@@ -50,7 +50,7 @@ class Line {
 
 }  // namespace antdt::log
 
-#define ANTDT_LOG(lvl)                                                     \
-  if (!::antdt::log::enabled(::antdt::log::Level::lvl)) {                  \
-  } else                                                                   \
+#define ANTDT_LOG(lvl)                                    \
+  if (!::antdt::log::enabled(::antdt::log::Level::lvl)) { \
+  } else                                                  \
     ::antdt::log::detail::Line(::antdt::log::Level::lvl)

@@ -36,8 +36,8 @@ struct MlpConfig {
 [[nodiscard]] std::vector<std::int64_t> parse_layers(std::string_view text);
 
 struct BatchResult {
-  double loss_sum = 0;        // summed (not averaged) cross-entropy over the samples
-  std::int64_t correct = 0;   // samples whose arg-max class equals the label
+  double loss_sum = 0;       // summed (not averaged) cross-entropy over the samples
+  std::int64_t correct = 0;  // samples whose arg-max class equals the label
   std::int64_t samples = 0;
   double device_seconds = 0;  // compute time: CUDA events on a GPU, wall clock on the host
 };
@@ -69,9 +69,9 @@ class Model {
   [[nodiscard]] virtual float* gradient_buffer() = 0;
   [[nodiscard]] virtual std::int64_t gradient_count() const = 0;
   virtual void apply_update() = 0;
-  virtual void synchronize() = 0;  // wait for queued device work (host: no-op)
+  virtual void synchronize() = 0;                                   // wait for queued device work (host: no-op)
   [[nodiscard]] virtual std::vector<float> parameters() const = 0;  // host copy, flat, fixed layer order
-  virtual void set_parameters(std::span<const float> values) = 0;  // UsageError on size mismatch
+  virtual void set_parameters(std::span<const float> values) = 0;   // UsageError on size mismatch
   // SGD: the momentum buffer (parameter_count floats). Adam: first moments, then second
   // moments (2 * parameter_count floats). set_optimizer_state: UsageError on size mismatch.
   [[nodiscard]] virtual std::vector<float> optimizer_state() const = 0;
@@ -103,8 +103,8 @@ inline constexpr std::size_t kDefaultHostMemoryBudget = std::size_t{1} << 30;
 // Accumulates n samples in micro_steps(n, cap) consecutive micro-batches of at most `cap`
 // samples; the sums in the gradient buffer equal one accumulate() of all n up to float
 // summation order. Results are added up (device_seconds too).
-BatchResult accumulate_micro_batches(Model& model, const float* features, const std::int32_t* labels,
-                                     std::int64_t n, std::int64_t cap);
+BatchResult accumulate_micro_batches(Model& model, const float* features, const std::int32_t* labels, std::int64_t n,
+                                     std::int64_t cap);
 
 // A host copy of the whole gradient buffer (sums + count slot), wherever it lives. Synchronises.
 [[nodiscard]] std::vector<float> gradient_snapshot(Model& model);

@@ -14,11 +14,11 @@ namespace antdt {
 
 // Summary of one rank's window, recomputed on every record() so the getters are O(1).
 struct RankWindowSummary {
-  int entries = 0;             // steps in the window
-  int timed_entries = 0;       // steps with samples > 0 and compute_seconds > 0
-  double throughput = 0.0;     // median of samples / compute_seconds (samples/s); 0 if none timed
-  double spread = 0.0;         // MAD of the per-step throughputs / their median (relative)
-  double trend = 0.0;          // (median newer half - median older half) / median; > 0 speeding up
+  int entries = 0;               // steps in the window
+  int timed_entries = 0;         // steps with samples > 0 and compute_seconds > 0
+  double throughput = 0.0;       // median of samples / compute_seconds (samples/s); 0 if none timed
+  double spread = 0.0;           // MAD of the per-step throughputs / their median (relative)
+  double trend = 0.0;            // (median newer half - median older half) / median; > 0 speeding up
   double last_throughput = 0.0;  // the latest step's samples / compute_seconds; 0 without samples
   double compute_seconds = 0.0;  // medians over the window
   double data_wait_seconds = 0.0;
@@ -49,11 +49,11 @@ class Monitor {
   [[nodiscard]] double data_wait_seconds(int rank) const { return summary(rank).data_wait_seconds; }
   [[nodiscard]] double reduce_seconds(int rank) const { return summary(rank).reduce_seconds; }
   [[nodiscard]] double idle_seconds(int rank) const { return summary(rank).idle_seconds; }
-  [[nodiscard]] std::vector<double> throughputs() const;          // per rank
+  [[nodiscard]] std::vector<double> throughputs() const;  // per rank
   // The highest per-step throughput among rank's last `steps` recorded steps (untimed steps
   // count as 0): the rank has been at or below it in every one of them. 0 with fewer steps.
   [[nodiscard]] double recent_peak(int rank, int steps) const;
-  [[nodiscard]] std::vector<double> data_wait_seconds() const;    // per rank (cost-model overhead)
+  [[nodiscard]] std::vector<double> data_wait_seconds() const;  // per rank (cost-model overhead)
   // Median over ranks of the per-rank window throughputs (ranks without timing ignored).
   [[nodiscard]] double median_throughput() const;
 

@@ -53,9 +53,8 @@ class CostModel {
 // per-rank micro-batch caps m_i (one value for all ranks, or one per rank); accumulation
 // k_i = ceil(b_i / m_i). Deterministic. Throws UsageError on B < 1, empty x, x_i not finite
 // or <= 0, or mismatched sizes.
-[[nodiscard]] Plan plan_split(std::int64_t global_batch, std::span<const double> x,
-                              std::span<const std::int64_t> caps, std::int64_t effective_step,
-                              std::span<const double> overhead = {});
+[[nodiscard]] Plan plan_split(std::int64_t global_batch, std::span<const double> x, std::span<const std::int64_t> caps,
+                              std::int64_t effective_step, std::span<const double> overhead = {});
 
 // Rough relative training throughput of a GPU generation, A100 (sm_80) = 1.0. A name match
 // ("H200", "L40", "T4"...) wins over the compute capability (90 for sm_90). Returns 0 for

@@ -30,7 +30,7 @@ class GradientReducer {
 
 // One entry of the ordered backend list make_reducer walks: the first enabled one wins.
 struct ReducerCandidate {
-  std::string name;    // "nccl", "mpi"
+  std::string name;  // "nccl", "mpi"
   bool enabled = false;
   std::string reason;  // why it is (not) usable, for the startup report
 };

@@ -17,31 +17,31 @@ namespace antdt {
 struct RunSummary {
   int ranks = 0;
   std::string policy;
-  std::string backend;                      // "host" or "cuda"
-  std::string job_id;                       // Slurm job id, "" outside Slurm
+  std::string backend;  // "host" or "cuda"
+  std::string job_id;   // Slurm job id, "" outside Slurm
   bool emulated = false;
-  std::string emulation;                    // EmulationOptions::describe()
+  std::string emulation;  // EmulationOptions::describe()
   std::vector<double> emulated_speeds;
   std::int64_t steps = 0;
-  std::int64_t samples = 0;                 // committed samples
+  std::int64_t samples = 0;  // committed samples
   std::int64_t epochs_completed = 0;
-  double wall_seconds = 0.0;                // training loop only
-  double throughput = 0.0;                  // samples / wall_seconds
-  std::vector<double> rank_throughput;      // x_i: standalone samples per compute-second
-  double ideal_throughput = 0.0;            // sum of x_i
-  double efficiency = 0.0;                  // throughput / ideal_throughput
-  double idle_fraction = 0.0;               // mean over steps of 1 - mean(t_i)/max(t_i)
-  double data_wait_fraction = 0.0;          // data wait / step time, mean over ranks and steps
-  double predicted_step_seconds = 0.0;      // cost model, last plan
-  double measured_step_seconds = 0.0;       // median wall step time
+  double wall_seconds = 0.0;            // training loop only
+  double throughput = 0.0;              // samples / wall_seconds
+  std::vector<double> rank_throughput;  // x_i: standalone samples per compute-second
+  double ideal_throughput = 0.0;        // sum of x_i
+  double efficiency = 0.0;              // throughput / ideal_throughput
+  double idle_fraction = 0.0;           // mean over steps of 1 - mean(t_i)/max(t_i)
+  double data_wait_fraction = 0.0;      // data wait / step time, mean over ranks and steps
+  double predicted_step_seconds = 0.0;  // cost model, last plan
+  double measured_step_seconds = 0.0;   // median wall step time
   std::int64_t plan_changes = 0;
   std::vector<std::int64_t> final_split;
   std::int64_t duplicated_samples = 0;
   std::int64_t missing_samples = 0;
-  double final_loss = 0.0;                  // mean training loss over the last step(s)
+  double final_loss = 0.0;  // mean training loss over the last step(s)
   std::optional<double> eval_loss;
   std::optional<double> eval_accuracy;
-  std::string parameter_checksum;           // FNV-1a 64 of the final parameters (hex)
+  std::string parameter_checksum;  // FNV-1a 64 of the final parameters (hex)
   std::vector<RankAssessment> assessments;
   std::vector<Plan> plans;
   std::vector<EpochCoverageReport> coverage;

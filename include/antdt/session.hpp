@@ -44,42 +44,42 @@ class CheckpointWriter;
 class CheckpointReader;
 
 struct SessionOptions {
-  std::int64_t dataset_size = 0;        // N samples, indices [0, N)
-  std::int64_t global_batch = 0;        // B samples per step across all ranks
-  std::int64_t micro_batch_cap = 0;     // this rank's m_i (most samples per micro-step); 0 = global_batch
-  std::int64_t shard_size = 0;          // DDS shard length; 0 = about 10 micro-batches
-  std::uint64_t seed = 0;               // data order (shard shuffle) seed
+  std::int64_t dataset_size = 0;     // N samples, indices [0, N)
+  std::int64_t global_batch = 0;     // B samples per step across all ranks
+  std::int64_t micro_batch_cap = 0;  // this rank's m_i (most samples per micro-step); 0 = global_batch
+  std::int64_t shard_size = 0;       // DDS shard length; 0 = about 10 micro-batches
+  std::uint64_t seed = 0;            // data order (shard shuffle) seed
   bool shuffle_shards = true;
   bool shuffle_within_shard = false;
-  std::int64_t max_epochs = 0;          // 0 = unlimited (stop by steps)
-  std::int64_t max_steps = 0;           // 0 = unlimited (stop by epochs)
-  int prefetch_steps = 2;               // shards are granted this many steps ahead
-  ControllerOptions controller;         // policy, hysteresis, windows (global_batch/caps are filled in)
-  EmulationOptions emulation;           // straggler emulation (tests, benchmarks)
-  std::int64_t gradient_bytes = 0;      // size of the reduced buffer, for the cost model
-  double device_prior = 0.0;            // this rank's relative speed prior (gpu_relative_throughput),
-                                        // 0 = unknown; seeds the first split before any measurement
+  std::int64_t max_epochs = 0;      // 0 = unlimited (stop by steps)
+  std::int64_t max_steps = 0;       // 0 = unlimited (stop by epochs)
+  int prefetch_steps = 2;           // shards are granted this many steps ahead
+  ControllerOptions controller;     // policy, hysteresis, windows (global_batch/caps are filled in)
+  EmulationOptions emulation;       // straggler emulation (tests, benchmarks)
+  std::int64_t gradient_bytes = 0;  // size of the reduced buffer, for the cost model
+  double device_prior = 0.0;        // this rank's relative speed prior (gpu_relative_throughput),
+                                    // 0 = unknown; seeds the first split before any measurement
 };
 
 // This rank's work for one step.
 struct StepWork {
-  std::int64_t step = 0;                        // 0-based global step
-  std::int64_t epoch = 0;                       // lowest epoch not yet complete (informational)
-  std::vector<std::int64_t> samples;            // sample indices, in order
-  std::vector<std::int64_t> micro_batches;      // sizes of the accumulation micro-steps; sum == samples.size()
+  std::int64_t step = 0;                    // 0-based global step
+  std::int64_t epoch = 0;                   // lowest epoch not yet complete (informational)
+  std::vector<std::int64_t> samples;        // sample indices, in order
+  std::vector<std::int64_t> micro_batches;  // sizes of the accumulation micro-steps; sum == samples.size()
   std::int64_t plan_version = 0;
 };
 
 // What end_step learned about the whole step (identical on every rank).
 struct StepSummary {
   std::int64_t step = 0;
-  std::int64_t samples = 0;                     // B actually used across all ranks
-  double loss_sum = 0.0;                        // sum over ranks of what each passed to end_step
+  std::int64_t samples = 0;  // B actually used across all ranks
+  double loss_sum = 0.0;     // sum over ranks of what each passed to end_step
   std::int64_t correct = 0;
   double max_compute_seconds = 0.0;
-  bool plan_changed = false;                    // a new plan was issued (it applies at its effective_step)
-  std::int64_t completed_epochs = 0;            // epochs completed so far
-  double step_seconds = 0.0;                    // wall time of this step on this rank
+  bool plan_changed = false;          // a new plan was issued (it applies at its effective_step)
+  std::int64_t completed_epochs = 0;  // epochs completed so far
+  double step_seconds = 0.0;          // wall time of this step on this rank
 };
 
 // Per completed epoch: samples committed, missing and duplicated (both must be 0).
@@ -90,12 +90,12 @@ struct EpochCoverageReport {
 // Per-step record kept on rank 0 for reports, metrics and the timeline.
 struct StepRecord {
   std::int64_t step = 0;
-  double start_seconds = 0.0;                   // rank 0's clock, relative to session start
+  double start_seconds = 0.0;  // rank 0's clock, relative to session start
   double wall_seconds = 0.0;
   std::vector<RankStepStats> ranks;
-  std::vector<std::int64_t> batch;              // plan in force
+  std::vector<std::int64_t> batch;  // plan in force
   std::int64_t plan_version = 0;
-  double predicted_seconds = 0.0;               // cost model's prediction for this plan
+  double predicted_seconds = 0.0;  // cost model's prediction for this plan
   double loss_sum = 0.0;
 };
 
@@ -148,8 +148,8 @@ class Session {
   [[nodiscard]] const Communicator& comm() const noexcept;
   [[nodiscard]] int rank() const noexcept;
   [[nodiscard]] int size() const noexcept;
-  [[nodiscard]] std::int64_t step() const noexcept;        // the next step to run
-  [[nodiscard]] const Plan& plan() const noexcept;         // plan in force
+  [[nodiscard]] std::int64_t step() const noexcept;                      // the next step to run
+  [[nodiscard]] const Plan& plan() const noexcept;                       // plan in force
   [[nodiscard]] const std::vector<Plan>& plan_history() const noexcept;  // rank 0; others: applied plans
   [[nodiscard]] const SessionOptions& options() const noexcept;
   [[nodiscard]] bool emulated() const noexcept;
@@ -157,7 +157,7 @@ class Session {
   // Rank 0 only (empty elsewhere): records, coverage, throughput estimates.
   [[nodiscard]] const std::vector<StepRecord>& records() const noexcept;
   [[nodiscard]] std::vector<EpochCoverageReport> coverage() const;
-  [[nodiscard]] std::vector<double> rank_throughput() const;   // x_i: median samples per compute-second
+  [[nodiscard]] std::vector<double> rank_throughput() const;  // x_i: median samples per compute-second
   [[nodiscard]] std::vector<RankAssessment> assessments() const;
   [[nodiscard]] std::int64_t samples_committed() const noexcept;
   [[nodiscard]] double elapsed_seconds() const noexcept;

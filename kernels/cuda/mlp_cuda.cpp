@@ -36,7 +36,8 @@ class CudaMlp final : public Model {
     const auto pcount = static_cast<std::size_t>(layout_.parameter_count);
     parameters_.resize(pcount);
     gradients_.resize(pcount + 1);
-    state_.resize(std::max<std::size_t>(1, static_cast<std::size_t>(optimizer_state_size(config.optimizer, layout_.parameter_count))));
+    state_.resize(std::max<std::size_t>(
+        1, static_cast<std::size_t>(optimizer_state_size(config.optimizer, layout_.parameter_count))));
     loss_.resize(1);
     correct_.resize(1);
     activations_.resize(layout_.layers.size());
@@ -141,13 +142,15 @@ class CudaMlp final : public Model {
 
   void upload(float* device_dst, const float* host_src, std::size_t count) {
     cuda::DeviceGuard guard(device_id_);
-    ANTDT_CHECK_CUDA(cudaMemcpyAsync(device_dst, host_src, count * sizeof(float), cudaMemcpyHostToDevice, stream_.get()));
+    ANTDT_CHECK_CUDA(
+        cudaMemcpyAsync(device_dst, host_src, count * sizeof(float), cudaMemcpyHostToDevice, stream_.get()));
     stream_.synchronize();
   }
   [[nodiscard]] std::vector<float> download(const float* device_src, std::size_t count) const {
     cuda::DeviceGuard guard(device_id_);
     std::vector<float> out(count);
-    ANTDT_CHECK_CUDA(cudaMemcpyAsync(out.data(), device_src, count * sizeof(float), cudaMemcpyDeviceToHost, stream_.get()));
+    ANTDT_CHECK_CUDA(
+        cudaMemcpyAsync(out.data(), device_src, count * sizeof(float), cudaMemcpyDeviceToHost, stream_.get()));
     stream_.synchronize();
     return out;
   }
@@ -178,7 +181,8 @@ class CudaMlp final : public Model {
     const float one = 1.0f, zero = 0.0f;
 
     start_.record(s);
-    ANTDT_CHECK_CUDA(cudaMemcpyAsync(features_.data(), features, static_cast<std::size_t>(n * layout_.input_dim()) * sizeof(float),
+    ANTDT_CHECK_CUDA(cudaMemcpyAsync(features_.data(), features,
+                                     static_cast<std::size_t>(n * layout_.input_dim()) * sizeof(float),
                                      cudaMemcpyHostToDevice, s));
     ANTDT_CHECK_CUDA(cudaMemcpyAsync(labels_.data(), labels, static_cast<std::size_t>(n) * sizeof(std::int32_t),
                                      cudaMemcpyHostToDevice, s));
@@ -191,13 +195,13 @@ class CudaMlp final : public Model {
       const LayerShape& sh = layout_.layers[l];
       float* z = activations_[l].data();
       ANTDT_CHECK_CUBLAS(cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, cublas_int(sh.out), rows, cublas_int(sh.in), &one,
-                                     parameters_.data() + sh.weight_offset, cublas_int(sh.in), input,
-                                     cublas_int(sh.in), &zero, z, cublas_int(sh.out)));
+                                     parameters_.data() + sh.weight_offset, cublas_int(sh.in), input, cublas_int(sh.in),
+                                     &zero, z, cublas_int(sh.out)));
       ANTDT_CHECK_CUDA(cuda::bias_activation(s, z, parameters_.data() + sh.bias_offset, n, sh.out, l != last));
       input = z;
     }
-    ANTDT_CHECK_CUDA(cuda::softmax_cross_entropy(s, activations_[last].data(), labels_.data(), n,
-                                                 layout_.num_classes(), want_gradient, loss_.data(), correct_.data()));
+    ANTDT_CHECK_CUDA(cuda::softmax_cross_entropy(s, activations_[last].data(), labels_.data(), n, layout_.num_classes(),
+                                                 want_gradient, loss_.data(), correct_.data()));
     if (want_gradient) {
       const float* delta = activations_[last].data();
       for (std::size_t l = layout_.layers.size(); l-- > 0;) {

@@ -106,7 +106,8 @@ __global__ void adam_kernel(float* p, float* m, float* v, const float* grad_sum,
 
 }  // namespace
 
-cudaError_t bias_activation(cudaStream_t stream, float* z, const float* b, std::int64_t n, std::int64_t width, bool relu) {
+cudaError_t bias_activation(cudaStream_t stream, float* z, const float* b, std::int64_t n, std::int64_t width,
+                            bool relu) {
   if (n * width == 0) return cudaSuccess;
   bias_activation_kernel<<<blocks_for(n * width), kThreads, 0, stream>>>(z, b, n, width, relu);
   return cudaGetLastError();

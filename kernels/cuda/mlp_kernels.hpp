@@ -11,7 +11,8 @@
 namespace antdt::cuda {
 
 // z[i][j] += b[j] for n rows of `width`; then ReLU when relu.
-cudaError_t bias_activation(cudaStream_t stream, float* z, const float* b, std::int64_t n, std::int64_t width, bool relu);
+cudaError_t bias_activation(cudaStream_t stream, float* z, const float* b, std::int64_t n, std::int64_t width,
+                            bool relu);
 
 // Softmax cross-entropy per row of logits [n][classes]. Adds the summed loss to *loss_sum and
 // the number of arg-max hits to *correct (both device scalars, zeroed by the caller). When

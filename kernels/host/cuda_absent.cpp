@@ -9,8 +9,9 @@
 namespace antdt::detail {
 
 std::unique_ptr<Model> make_cuda_mlp(const MlpConfig&, const DeviceInfo&) {
-  throw DeviceError("a CUDA model was requested but this build of antdt has no CUDA support; "
-                    "rebuild with -DANTDT_ENABLE_CUDA=ON or use the host device");
+  throw DeviceError(
+      "a CUDA model was requested but this build of antdt has no CUDA support; "
+      "rebuild with -DANTDT_ENABLE_CUDA=ON or use the host device");
 }
 
 void copy_device_to_host(void*, const void*, std::size_t) {

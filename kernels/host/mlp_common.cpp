@@ -23,7 +23,8 @@ std::vector<std::int64_t> parse_layers(std::string_view text) {
   std::size_t pos = 0;
   while (true) {
     const std::size_t comma = text.find(',', pos);
-    const std::string_view item = text.substr(pos, comma == std::string_view::npos ? std::string_view::npos : comma - pos);
+    const std::string_view item =
+        text.substr(pos, comma == std::string_view::npos ? std::string_view::npos : comma - pos);
     std::int64_t value = 0;
     const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), value);
     if (item.empty() || ec != std::errc() || end != item.data() + item.size() || value < 1) {
@@ -67,8 +68,8 @@ std::int64_t micro_batch_cap(const Model& model, const DeviceInfo& device, doubl
   return static_cast<std::int64_t>(cap);
 }
 
-BatchResult accumulate_micro_batches(Model& model, const float* features, const std::int32_t* labels,
-                                     std::int64_t n, std::int64_t cap) {
+BatchResult accumulate_micro_batches(Model& model, const float* features, const std::int32_t* labels, std::int64_t n,
+                                     std::int64_t cap) {
   const std::int64_t steps = micro_steps(n, cap);
   BatchResult total;
   const auto dim = model.input_dim();
@@ -155,8 +156,8 @@ std::int64_t optimizer_state_size(OptimizerKind kind, std::int64_t parameter_cou
 void check_labels(const std::int32_t* labels, std::int64_t n, std::int64_t classes) {
   for (std::int64_t i = 0; i < n; ++i) {
     if (labels[i] < 0 || labels[i] >= classes) {
-      throw UsageError("label " + std::to_string(labels[i]) + " of sample " + std::to_string(i) +
-                       " is outside [0, " + std::to_string(classes) + "): check the data set's class count");
+      throw UsageError("label " + std::to_string(labels[i]) + " of sample " + std::to_string(i) + " is outside [0, " +
+                       std::to_string(classes) + "): check the data set's class count");
     }
   }
 }

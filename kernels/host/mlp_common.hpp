@@ -24,7 +24,7 @@ struct LayerShape {
 struct MlpLayout {
   std::vector<LayerShape> layers;
   std::int64_t parameter_count = 0;
-  std::int64_t max_width = 0;      // widest of all layer inputs and outputs
+  std::int64_t max_width = 0;          // widest of all layer inputs and outputs
   std::int64_t activation_floats = 0;  // sum of out_l: one sample's stored activations
 
   [[nodiscard]] std::int64_t input_dim() const { return layers.front().in; }

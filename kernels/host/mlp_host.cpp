@@ -47,7 +47,8 @@ template <class Body>
 void for_each_index(std::int64_t n, const Body& body) {
 #if ANTDT_HAVE_KOKKOS
   if (Kokkos::is_initialized()) {
-    Kokkos::parallel_for("antdt::mlp", Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace, Kokkos::IndexType<std::int64_t>>(0, n),
+    Kokkos::parallel_for("antdt::mlp",
+                         Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace, Kokkos::IndexType<std::int64_t>>(0, n),
                          body);
     return;
   }
@@ -60,9 +61,9 @@ T sum_over_index(std::int64_t n, const Body& body) {
   T total = 0;
 #if ANTDT_HAVE_KOKKOS
   if (Kokkos::is_initialized()) {
-    Kokkos::parallel_reduce("antdt::mlp_sum",
-                            Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace, Kokkos::IndexType<std::int64_t>>(0, n),
-                            body, total);
+    Kokkos::parallel_reduce(
+        "antdt::mlp_sum", Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace, Kokkos::IndexType<std::int64_t>>(0, n),
+        body, total);
     return total;
   }
 #endif
@@ -92,7 +93,8 @@ inline void simd_loop(std::int64_t n, const Op& op) {
 }
 
 // d = d * [a > 0] over one row piece, and db += d (after the mask).
-[[gnu::noinline]] void relu_mask_sum_row(float* __restrict d, const float* __restrict a, float* __restrict db, std::int64_t count) {
+[[gnu::noinline]] void relu_mask_sum_row(float* __restrict d, const float* __restrict a, float* __restrict db,
+                                         std::int64_t count) {
   simd_loop(count, [=](std::int64_t j) {
     const float v = a[j] > 0.0f ? d[j] : 0.0f;
     d[j] = v;
@@ -105,8 +107,8 @@ inline void simd_loop(std::int64_t n, const Op& op) {
   simd_loop(count, [=](std::int64_t j) { db[j] += d[j]; });
 }
 
-[[gnu::noinline]] void sgd_block(float* __restrict p, float* __restrict m, const float* __restrict g, float inv, float wd, float mu,
-               float lr, std::int64_t count) {
+[[gnu::noinline]] void sgd_block(float* __restrict p, float* __restrict m, const float* __restrict g, float inv,
+                                 float wd, float mu, float lr, std::int64_t count) {
   simd_loop(count, [=](std::int64_t i) {
     const float grad = g[i] * inv + wd * p[i];
     m[i] = mu * m[i] + grad;
@@ -114,8 +116,9 @@ inline void simd_loop(std::int64_t n, const Op& op) {
   });
 }
 
-[[gnu::noinline]] void adam_block(float* __restrict p, float* __restrict m, float* __restrict v, const float* __restrict g, float inv,
-                float wd, float b1, float b2, float c1, float c2, float lr, float eps, std::int64_t count) {
+[[gnu::noinline]] void adam_block(float* __restrict p, float* __restrict m, float* __restrict v,
+                                  const float* __restrict g, float inv, float wd, float b1, float b2, float c1,
+                                  float c2, float lr, float eps, std::int64_t count) {
   simd_loop(count, [=](std::int64_t i) {
     const float grad = g[i] * inv + wd * p[i];
     m[i] = b1 * m[i] + (1.0f - b1) * grad;

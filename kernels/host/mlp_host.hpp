@@ -53,13 +53,13 @@ class HostMlp final : public Model {
   MlpConfig config_;
   MlpLayout layout_;
   std::vector<float> parameters_;
-  std::vector<float> gradients_;            // P sums + count slot
-  std::vector<float> state_;                // momentum, or Adam m then v
+  std::vector<float> gradients_;  // P sums + count slot
+  std::vector<float> state_;      // momentum, or Adam m then v
   std::int64_t steps_ = 0;
-  std::int64_t capacity_ = 0;               // samples the activation buffers hold
+  std::int64_t capacity_ = 0;                    // samples the activation buffers hold
   std::vector<std::vector<float>> activations_;  // per layer output [n][out]
-  std::vector<float> delta_a_, delta_b_;    // backward ping-pong, [n][max_width]
-  std::vector<std::int32_t> row_correct_;   // [capacity]
+  std::vector<float> delta_a_, delta_b_;         // backward ping-pong, [n][max_width]
+  std::vector<std::int32_t> row_correct_;        // [capacity]
   LayerDoneHook layer_done_;
 };
 

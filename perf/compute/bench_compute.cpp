@@ -55,9 +55,11 @@ int main(int argc, char** argv) {
       {{784, 1024, 1024, 10}, 256},
       {{1024, 2048, 2048, 10}, 128},
   };
-  std::printf("antdt-bench-compute: host backend, BLAS sgemm (OpenBLAS, %d threads) + %s, SGD, fp32, %.2f s per figure in %d alternating rounds (best round)\n",
-              openblas_get_num_threads(), ANTDT_HAVE_KOKKOS ? "Kokkos (DefaultHostExecutionSpace)" : "plain loops",
-              seconds, kRounds);
+  std::printf(
+      "antdt-bench-compute: host backend, BLAS sgemm (OpenBLAS, %d threads) + %s, SGD, fp32, %.2f s per figure in %d "
+      "alternating rounds (best round)\n",
+      openblas_get_num_threads(), ANTDT_HAVE_KOKKOS ? "Kokkos (DefaultHostExecutionSpace)" : "plain loops", seconds,
+      kRounds);
   std::printf("%-26s %6s %14s %12s %12s %12s %8s\n", "layers", "batch", "samples/s", "step_ms", "model_GF/s",
               "sgemm_GF/s", "ratio");
   for (const Shape& shape : shapes) {
@@ -68,7 +70,8 @@ int main(int argc, char** argv) {
     std::vector<float> x(static_cast<std::size_t>(n * cfg.layers.front()));
     std::vector<std::int32_t> y(static_cast<std::size_t>(n));
     for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 7919) % 1000) / 1000.0f - 0.5f;
-    for (std::size_t i = 0; i < y.size(); ++i) y[i] = static_cast<std::int32_t>(i % static_cast<std::size_t>(cfg.layers.back()));
+    for (std::size_t i = 0; i < y.size(); ++i)
+      y[i] = static_cast<std::int32_t>(i % static_cast<std::size_t>(cfg.layers.back()));
 
     auto model_step = [&] {
       model->zero_gradients();
@@ -98,8 +101,8 @@ int main(int argc, char** argv) {
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, rows, 1.0f, b.data(), out, a.data(), in, 1.0f,
                     dw.data(), in);
         if (l > 0) {
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, in, out, 1.0f, b.data(), out, w.data(), in,
-                      0.0f, a.data(), in);
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, in, out, 1.0f, b.data(), out, w.data(), in, 0.0f,
+                      a.data(), in);
         }
       }
     };
@@ -116,6 +119,7 @@ int main(int argc, char** argv) {
     std::printf("%-26s %6lld %14.0f %12.3f %12.2f %12.2f %8.2f\n", name.c_str(), static_cast<long long>(n),
                 static_cast<double>(n) / step, step * 1e3, model_gflops, bare_gflops, model_gflops / bare_gflops);
   }
-  std::printf("ratio = model GEMM GFLOP/s within whole steps / bare sgemm GFLOP/s on identical shapes (goal >= 0.70)\n");
+  std::printf(
+      "ratio = model GEMM GFLOP/s within whole steps / bare sgemm GFLOP/s on identical shapes (goal >= 0.70)\n");
   return 0;
 }

@@ -63,8 +63,9 @@ int main(int argc, char** argv) {
     double t_reducer = 1e30, t_bare = 1e30;
     for (int round = 0; round < 3; ++round) {
       t_bare = std::min(t_bare, timed(comm, iterations, [&] {
-        MPI_Allreduce(MPI_IN_PLACE, buffer.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, comm.get());
-      }));
+                          MPI_Allreduce(MPI_IN_PLACE, buffer.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM,
+                                        comm.get());
+                        }));
       t_reducer = std::min(t_reducer, timed(comm, iterations, [&] { reducer->allreduce_sum(buffer.data(), count); }));
     }
     const double bytes = static_cast<double>(count) * sizeof(float);
@@ -84,7 +85,8 @@ int main(int argc, char** argv) {
   const std::int64_t n = 128;
   std::vector<float> x(static_cast<std::size_t>(n * cfg.layers.front()));
   std::vector<std::int32_t> y(static_cast<std::size_t>(n));
-  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(((i + 31 * static_cast<std::size_t>(comm.rank())) * 7919) % 1000) / 1000.0f - 0.5f;
+  for (std::size_t i = 0; i < x.size(); ++i)
+    x[i] = static_cast<float>(((i + 31 * static_cast<std::size_t>(comm.rank())) * 7919) % 1000) / 1000.0f - 0.5f;
   for (std::size_t i = 0; i < y.size(); ++i) y[i] = static_cast<std::int32_t>(i % 10);
   const std::int64_t gcount = model->gradient_count();
   const int iterations = 10;
@@ -104,35 +106,36 @@ int main(int argc, char** argv) {
   };
   std::vector<float> fused_result, overlap_result;
   for (int round = 0; round < rounds; ++round) {
-  t_compute_r.push_back(timed(comm, iterations, [&] {
-    model->zero_gradients();
-    (void)model->accumulate(x.data(), y.data(), n);
-  }));
-  t_reduce_r.push_back(timed(comm, iterations, [&] { reducer->allreduce_sum(model->gradient_buffer(), gcount); }));
-  t_fused_r.push_back(timed(comm, iterations, [&] {
-    model->zero_gradients();
-    (void)model->accumulate(x.data(), y.data(), n);
-    reducer->allreduce_sum(model->gradient_buffer(), gcount);
-  }));
-  fused_result = antdt::gradient_snapshot(*model);
-  host_model->set_layer_done_hook(overlap_hook);
-  t_overlap_r.push_back(timed(comm, iterations, [&] {
-    requests.clear();
-    model->zero_gradients();
-    (void)model->accumulate(x.data(), y.data(), n);
-    requests.emplace_back();
-    MPI_Iallreduce(MPI_IN_PLACE, grads + gcount - 1, 1, MPI_FLOAT, MPI_SUM, comm.get(), &requests.back());
-    MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE);
-  }));
-  host_model->set_layer_done_hook({});
-  overlap_result = antdt::gradient_snapshot(*model);
+    t_compute_r.push_back(timed(comm, iterations, [&] {
+      model->zero_gradients();
+      (void)model->accumulate(x.data(), y.data(), n);
+    }));
+    t_reduce_r.push_back(timed(comm, iterations, [&] { reducer->allreduce_sum(model->gradient_buffer(), gcount); }));
+    t_fused_r.push_back(timed(comm, iterations, [&] {
+      model->zero_gradients();
+      (void)model->accumulate(x.data(), y.data(), n);
+      reducer->allreduce_sum(model->gradient_buffer(), gcount);
+    }));
+    fused_result = antdt::gradient_snapshot(*model);
+    host_model->set_layer_done_hook(overlap_hook);
+    t_overlap_r.push_back(timed(comm, iterations, [&] {
+      requests.clear();
+      model->zero_gradients();
+      (void)model->accumulate(x.data(), y.data(), n);
+      requests.emplace_back();
+      MPI_Iallreduce(MPI_IN_PLACE, grads + gcount - 1, 1, MPI_FLOAT, MPI_SUM, comm.get(), &requests.back());
+      MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE);
+    }));
+    host_model->set_layer_done_hook({});
+    overlap_result = antdt::gradient_snapshot(*model);
   }
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
   };
   std::vector<double> speedups;
-  for (int r = 0; r < rounds; ++r) speedups.push_back(t_fused_r[static_cast<std::size_t>(r)] / t_overlap_r[static_cast<std::size_t>(r)]);
+  for (int r = 0; r < rounds; ++r)
+    speedups.push_back(t_fused_r[static_cast<std::size_t>(r)] / t_overlap_r[static_cast<std::size_t>(r)]);
   const double t_compute = median(t_compute_r), t_reduce = median(t_reduce_r), t_fused = median(t_fused_r),
                t_overlap = median(t_overlap_r);
   double diff = 0.0, norm = 0.0;
@@ -143,17 +146,21 @@ int main(int argc, char** argv) {
   const double rel = std::sqrt(diff / std::max(norm, 1e-30));
   const double worst_rel = max_over_ranks(comm, rel);
   if (root) {
-    std::printf("\n[2] overlap of per-layer reduction with backward: layers 512,1024,1024,1024,10 (%lld params, %.1f MiB), batch %lld\n",
-                static_cast<long long>(model->parameter_count()),
-                static_cast<double>(gcount) * sizeof(float) / (1 << 20), static_cast<long long>(n));
+    std::printf(
+        "\n[2] overlap of per-layer reduction with backward: layers 512,1024,1024,1024,10 (%lld params, %.1f MiB), "
+        "batch %lld\n",
+        static_cast<long long>(model->parameter_count()), static_cast<double>(gcount) * sizeof(float) / (1 << 20),
+        static_cast<long long>(n));
     std::printf("  compute only (fwd+bwd)          %9.3f ms\n", t_compute * 1e3);
     std::printf("  fused reduction only            %9.3f ms\n", t_reduce * 1e3);
     std::printf("  compute then fused reduction    %9.3f ms\n", t_fused * 1e3);
     std::printf("  per-layer Iallreduce overlapped %9.3f ms   (ideal max(compute, reduce) = %.3f ms)\n",
                 t_overlap * 1e3, std::max(t_compute, t_reduce) * 1e3);
     std::sort(speedups.begin(), speedups.end());
-    std::printf("  overlap speed-up over fused     %9.2fx  median of %d rounds (min %.2fx, max %.2fx); result rel. diff vs fused: %.1e\n",
-                median(speedups), rounds, speedups.front(), speedups.back(), worst_rel);
+    std::printf(
+        "  overlap speed-up over fused     %9.2fx  median of %d rounds (min %.2fx, max %.2fx); result rel. diff vs "
+        "fused: %.1e\n",
+        median(speedups), rounds, speedups.front(), speedups.back(), worst_rel);
   }
   return worst_rel < 1e-5 ? 0 : 1;
 }

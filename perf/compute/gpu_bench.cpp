@@ -175,7 +175,8 @@ void bench(const antdt::DeviceInfo& dev, const std::vector<std::int64_t>& layers
   std::vector<float> x(static_cast<std::size_t>(n * layers.front()));
   std::vector<std::int32_t> y(static_cast<std::size_t>(n));
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 7919) % 1000) / 1000.0f - 0.5f;
-  for (std::size_t i = 0; i < y.size(); ++i) y[i] = static_cast<std::int32_t>(i % static_cast<std::size_t>(layers.back()));
+  for (std::size_t i = 0; i < y.size(); ++i)
+    y[i] = static_cast<std::int32_t>(i % static_cast<std::size_t>(layers.back()));
   auto step = [&] {
     m->zero_gradients();
     (void)m->accumulate(x.data(), y.data(), n);
@@ -229,7 +230,8 @@ void bench(const antdt::DeviceInfo& dev, const std::vector<std::int64_t>& layers
     for (std::size_t l = layers.size() - 1; l-- > 0;) {
       const int in = static_cast<int>(layers[l]), out = static_cast<int>(layers[l + 1]);
       ANTDT_CHECK_CUBLAS(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_T, in, out, rows, &one, a, in, b, out, &one, dw, in));
-      if (l > 0) ANTDT_CHECK_CUBLAS(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, in, rows, out, &one, w, in, b, out, &zero, a, in));
+      if (l > 0)
+        ANTDT_CHECK_CUBLAS(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, in, rows, out, &one, w, in, b, out, &zero, a, in));
     }
   };
   for (int i = 0; i < 3; ++i) gemms();
@@ -299,8 +301,9 @@ int main(int argc, char** argv) {
     bench(dev, {1024, 4096, 4096, 10}, 2048, seconds);
     bench(dev, {4096, 8192, 8192, 10}, 4096, seconds);
     bench(dev, {4096, 8192, 8192, 10}, 16384, seconds);
-    std::printf("ratio = model GEMM TFLOP/s within whole steps (incl. H2D batch copy, loss readback, optimizer) /\n"
-                "        bare cuBLAS sgemm TFLOP/s on identical shapes (goal >= 0.60); dev_ms = CUDA-event compute time\n");
+    std::printf(
+        "ratio = model GEMM TFLOP/s within whole steps (incl. H2D batch copy, loss readback, optimizer) /\n"
+        "        bare cuBLAS sgemm TFLOP/s on identical shapes (goal >= 0.60); dev_ms = CUDA-event compute time\n");
     std::printf("GPU-CHECK %s\n", ok ? "PASS" : "FAIL");
     return ok ? 0 : 1;
   } catch (const std::exception& e) {

@@ -54,19 +54,20 @@ void efficiency_case(const std::vector<double>& speeds, std::int64_t steps, doub
   const double min = *std::min_element(speeds.begin(), speeds.end());
   const double n = static_cast<double>(speeds.size());
   std::printf("\n%zu ranks, speeds %s, B %lld, caps 128, %lld steps, jitter %g, grad %lld B @ 10 GB/s\n", speeds.size(),
-              join(speeds).c_str(), static_cast<long long>(c.controller.global_batch), static_cast<long long>(steps), jitter,
-              static_cast<long long>(c.controller.cost.gradient_bytes));
-  std::printf("  limits: static N*min/sum = %.3f, balancing gain <= mean/min = %.3fx\n", n * min / sum, (sum / n) / min);
-  std::printf("  %-8s %12s %12s %8s %8s %8s %12s %10s\n", "policy", "samples/s", "ideal", "eff", "idle", "changes", "in_force_at",
-              "pred_err");
+              join(speeds).c_str(), static_cast<long long>(c.controller.global_batch), static_cast<long long>(steps),
+              jitter, static_cast<long long>(c.controller.cost.gradient_bytes));
+  std::printf("  limits: static N*min/sum = %.3f, balancing gain <= mean/min = %.3fx\n", n * min / sum,
+              (sum / n) / min);
+  std::printf("  %-8s %12s %12s %8s %8s %8s %12s %10s\n", "policy", "samples/s", "ideal", "eff", "idle", "changes",
+              "in_force_at", "pred_err");
   double static_tp = 0.0;
   for (const char* policy : {"static", "dd"}) {
     c.controller.policy = policy;
     const SimResult r = antdt::sim::simulate(c);
     if (static_tp == 0.0) static_tp = r.throughput;
-    std::printf("  %-8s %12.1f %12.1f %8.3f %8.3f %8lld %12lld %10.4f\n", policy, r.throughput, r.ideal_throughput, r.efficiency,
-                r.idle_fraction, static_cast<long long>(r.plan_changes), static_cast<long long>(r.last_change_effective_step),
-                r.mean_prediction_error);
+    std::printf("  %-8s %12.1f %12.1f %8.3f %8.3f %8lld %12lld %10.4f\n", policy, r.throughput, r.ideal_throughput,
+                r.efficiency, r.idle_fraction, static_cast<long long>(r.plan_changes),
+                static_cast<long long>(r.last_change_effective_step), r.mean_prediction_error);
     if (r.policy == "dd") std::printf("  dd / static throughput: %.3fx\n", r.throughput / static_tp);
   }
 }
@@ -88,9 +89,11 @@ void flapping_case(double p, double factor, std::int64_t duration, int seeds, st
   }
   const double per100 = 100.0 * static_cast<double>(changes) / static_cast<double>(seeds * steps);
   const double slowed = 1.0 - std::pow(1.0 - p, static_cast<double>(duration));
-  std::printf("  p=%.3f x%g for %2lld step(s) (%4.1f%% of steps slowed): %.3f plan changes / 100 steps (worst seed: %lld in %lld)\n",
-              p, factor, static_cast<long long>(duration), 100.0 * slowed, per100, static_cast<long long>(worst),
-              static_cast<long long>(steps));
+  std::printf(
+      "  p=%.3f x%g for %2lld step(s) (%4.1f%% of steps slowed): %.3f plan changes / 100 steps (worst seed: %lld in "
+      "%lld)\n",
+      p, factor, static_cast<long long>(duration), 100.0 * slowed, per100, static_cast<long long>(worst),
+      static_cast<long long>(steps));
 }
 
 void cost_case(int world, std::int64_t steps) {
@@ -98,7 +101,8 @@ void cost_case(int world, std::int64_t steps) {
   o.policy = "dd";
   o.global_batch = 64LL * world;
   o.caps = {64};
-  antdt::Controller c(o, antdt::equal_plan(o.global_batch, std::vector<std::int64_t>(static_cast<std::size_t>(world), 64)));
+  antdt::Controller c(
+      o, antdt::equal_plan(o.global_batch, std::vector<std::int64_t>(static_cast<std::size_t>(world), 64)));
   antdt::EmulationOptions e;
   e.transient_probability = 0.05;
   e.transient_factor = 2;
@@ -112,14 +116,15 @@ void cost_case(int world, std::int64_t steps) {
     for (int r = 0; r < world; ++r) {
       auto& st = stats[static_cast<std::size_t>(r)];
       st.samples = plan.batch[static_cast<std::size_t>(r)];
-      st.compute_seconds = static_cast<double>(st.samples) * 1e-3 * (r % 4 == 3 ? 2.0 : 1.0) * ranks[static_cast<std::size_t>(r)].slowdown(s);
+      st.compute_seconds = static_cast<double>(st.samples) * 1e-3 * (r % 4 == 3 ? 2.0 : 1.0) *
+                           ranks[static_cast<std::size_t>(r)].slowdown(s);
     }
     const auto begin = std::chrono::steady_clock::now();
     (void)c.on_step(s, stats);
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
   }
-  std::printf("  world %5d: %9.2f us per on_step (%lld steps, %zu plans)\n", world, 1e6 * seconds / static_cast<double>(steps),
-              static_cast<long long>(steps), c.history().size());
+  std::printf("  world %5d: %9.2f us per on_step (%lld steps, %zu plans)\n", world,
+              1e6 * seconds / static_cast<double>(steps), static_cast<long long>(steps), c.history().size());
 }
 
 }  // namespace
@@ -132,15 +137,17 @@ int main(int argc, char** argv) {
   app.add_option("--seeds", seeds, "Seeds for the transient-noise runs")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
-  std::printf("antdt-bench-controller: simulator core, virtual devices (c = 1 ms/sample at speed 1), EMULATED speeds\n");
+  std::printf(
+      "antdt-bench-controller: simulator core, virtual devices (c = 1 ms/sample at speed 1), EMULATED speeds\n");
   std::printf("controller defaults: window 20, persistence 5, min gain 0.05, min interval 10, warmup 3, ratio 0.85\n");
   std::printf("\n[1] efficiency = throughput / sum x_i\n");
   efficiency_case({1, 1, 1, 0.33}, steps, 0.0);
   efficiency_case({1, 1, 1, 1, 0.5, 0.5, 0.33, 0.33}, steps, 0.0);
   efficiency_case({1, 1, 1, 1, 0.5, 0.5, 0.33, 0.33}, steps, 0.05);
 
-  std::printf("\n[2] plan changes under transient-only noise (4 ranks, equal speeds, jitter 0.02, %d seeds x %lld steps, dd)\n", seeds,
-              static_cast<long long>(steps * 2));
+  std::printf(
+      "\n[2] plan changes under transient-only noise (4 ranks, equal speeds, jitter 0.02, %d seeds x %lld steps, dd)\n",
+      seeds, static_cast<long long>(steps * 2));
   flapping_case(0.10, 3.0, 1, seeds, steps * 2);
   flapping_case(0.021, 3.0, 5, seeds, steps * 2);
   flapping_case(0.0105, 3.0, 10, seeds, steps * 2);

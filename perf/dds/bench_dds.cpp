@@ -47,10 +47,11 @@ struct Config {
 };
 
 void bench_coordinator(const Config& cfg) {
-  std::printf("\n[1] coordinator (rank 0, pure): N=%lld shard_size=%lld demand per rank = %lld x {1,2,3} (uneven), "
-              "prefetch 2, %d steps\n",
-              static_cast<long long>(cfg.samples), static_cast<long long>(cfg.shard_size), static_cast<long long>(cfg.batch),
-              cfg.coordinator_steps);
+  std::printf(
+      "\n[1] coordinator (rank 0, pure): N=%lld shard_size=%lld demand per rank = %lld x {1,2,3} (uneven), "
+      "prefetch 2, %d steps\n",
+      static_cast<long long>(cfg.samples), static_cast<long long>(cfg.shard_size), static_cast<long long>(cfg.batch),
+      cfg.coordinator_steps);
   std::printf("%8s %12s %14s %14s %12s\n", "clients", "steps/s", "grants/s", "shard ops/s", "us/step");
   for (int world = 1; world <= 8; ++world) {
     antdt::dds::LedgerOptions o;
@@ -73,10 +74,11 @@ void bench_coordinator(const Config& cfg) {
     const double t = seconds_since(t0);
     // One shard operation = one piece granted or one rank's consume+commit.
     const double ops = static_cast<double>(grants) + static_cast<double>(world) * cfg.coordinator_steps;
-    std::printf("%8d %12.0f %14.0f %14.0f %12.2f\n", world, cfg.coordinator_steps / t, static_cast<double>(grants) / t, ops / t,
-                1e6 * t / cfg.coordinator_steps);
+    std::printf("%8d %12.0f %14.0f %14.0f %12.2f\n", world, cfg.coordinator_steps / t, static_cast<double>(grants) / t,
+                ops / t, 1e6 * t / cfg.coordinator_steps);
     for (const auto& c : coordinator.coverage()) {
-      if (c.missing != 0 || c.duplicated != 0) std::printf("  COVERAGE ERROR in epoch %lld\n", static_cast<long long>(c.epoch));
+      if (c.missing != 0 || c.duplicated != 0)
+        std::printf("  COVERAGE ERROR in epoch %lld\n", static_cast<long long>(c.epoch));
     }
   }
 }
@@ -108,11 +110,14 @@ void bench_service(const antdt::Communicator& comm, const Config& cfg) {
   MPI_Allreduce(MPI_IN_PLACE, &max_all, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, comm.get());
   mean_all = bytes_sum / cfg.service_steps;
   if (comm.is_root()) {
-    std::printf("\n[2] Service::end_step over MPI: %d ranks, demand %lld x {1,2,3}, shard_size %lld, %d steps\n", comm.size(),
-                static_cast<long long>(cfg.batch), static_cast<long long>(cfg.shard_size), cfg.service_steps);
-    std::printf("    control bytes per step per rank (sent + received): mean %.1f, max %llu (report 16 B + reply 8+1+8+1 B + 36 B "
-                "per grant)\n",
-                mean_all, max_all);
+    std::printf("\n[2] Service::end_step over MPI: %d ranks, demand %lld x {1,2,3}, shard_size %lld, %d steps\n",
+                comm.size(), static_cast<long long>(cfg.batch), static_cast<long long>(cfg.shard_size),
+                cfg.service_steps);
+    std::printf(
+        "    control bytes per step per rank (sent + received): mean %.1f, max %llu (report 16 B + reply 8+1+8+1 B + "
+        "36 B "
+        "per grant)\n",
+        mean_all, max_all);
     std::printf("    end_step latency: %.1f us/step (max over ranks; ranks oversubscribed if more than cores)\n",
                 1e6 * t / cfg.service_steps);
   }
@@ -174,17 +179,19 @@ void bench_hdf5(const antdt::Communicator& comm, const Config& cfg) {
     }
   }
   if (comm.is_root()) {
-    std::printf("\n[3] HDF5 reads through the DDS: %d ranks, %lld x %lld float32 (%.1f MB), one epoch, shard_size %lld, "
-                "demand %lld x {1,2,3} per step, best of 3 (page cache warm)\n",
-                comm.size(), static_cast<long long>(cfg.h5_samples), static_cast<long long>(cfg.h5_dim),
-                static_cast<double>(cfg.h5_samples) * row_bytes / 1e6, static_cast<long long>(cfg.shard_size),
-                static_cast<long long>(4 * cfg.batch));
+    std::printf(
+        "\n[3] HDF5 reads through the DDS: %d ranks, %lld x %lld float32 (%.1f MB), one epoch, shard_size %lld, "
+        "demand %lld x {1,2,3} per step, best of 3 (page cache warm)\n",
+        comm.size(), static_cast<long long>(cfg.h5_samples), static_cast<long long>(cfg.h5_dim),
+        static_cast<double>(cfg.h5_samples) * row_bytes / 1e6, static_cast<long long>(cfg.shard_size),
+        static_cast<long long>(4 * cfg.batch));
     std::printf("%14s %16s %22s %12s\n", "mode", "epoch MB/s", "read-only MB/s (max)", "H5Dread calls");
     const char* names[2] = {"independent", "collective"};
-    for (int m = 0; m < 2; ++m) std::printf("%14s %16.0f %22.0f %12lld\n", names[m], best[m].wall_mbps, best[m].read_mbps, best[m].calls);
+    for (int m = 0; m < 2; ++m)
+      std::printf("%14s %16.0f %22.0f %12lld\n", names[m], best[m].wall_mbps, best[m].read_mbps, best[m].calls);
     const double ratio = best[0].read_mbps / best[1].read_mbps;
-    std::printf("    faster: %s (independent / collective read throughput = %.2f)\n", ratio >= 1.0 ? "independent" : "collective",
-                ratio);
+    std::printf("    faster: %s (independent / collective read throughput = %.2f)\n",
+                ratio >= 1.0 ? "independent" : "collective", ratio);
   }
   comm.barrier();
   if (comm.is_root() && cfg.file.empty()) {
@@ -215,8 +222,8 @@ int main(int argc, char** argv) {
   try {
     auto comm = antdt::Communicator::duplicate(MPI_COMM_WORLD);
     if (comm.is_root()) {
-      std::printf("antdt-bench-dds: %d MPI ranks on %ld online cores (no emulation; real compute of the DDS only)\n", comm.size(),
-                  ::sysconf(_SC_NPROCESSORS_ONLN));
+      std::printf("antdt-bench-dds: %d MPI ranks on %ld online cores (no emulation; real compute of the DDS only)\n",
+                  comm.size(), ::sysconf(_SC_NPROCESSORS_ONLN));
       bench_coordinator(cfg);
     }
     comm.barrier();

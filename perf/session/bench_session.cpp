@@ -11,8 +11,8 @@
 //               mpirun -np 2 antdt-bench-session --mode overhead
 //   transient   equal speeds with transient-only slowdowns: plan changes per 100 steps.
 //               mpirun -np 4 antdt-bench-session --mode transient --transient 0.1,3,1
-#include <CLI/CLI.hpp>
 #include <mpi.h>
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <cstdio>
@@ -90,7 +90,10 @@ RunResult run_session(const Options& o, const std::string& policy, const Emulati
   const auto dim = mc.layers.front(), classes = mc.layers.back();
   if (policy != "static") {
     fill({0, 1, 2, 3}, dim, classes, x, y);
-    s.probe([&](std::int64_t) { model->zero_gradients(); model->accumulate(x.data(), y.data(), 4); });
+    s.probe([&](std::int64_t) {
+      model->zero_gradients();
+      model->accumulate(x.data(), y.data(), 4);
+    });
   }
   double t0 = 0, control = 0;
   std::int64_t measured_samples = 0;
@@ -186,9 +189,12 @@ std::string join(const std::vector<std::int64_t>& v) {
 
 int main(int argc, char** argv) {
   antdt::Environment env(argc, argv);
-  CLI::App app{"antdt-bench-session: Session-loop benchmarks (efficiency vs sum x_i, overhead vs a bare loop, transient stability)"};
+  CLI::App app{
+      "antdt-bench-session: Session-loop benchmarks (efficiency vs sum x_i, overhead vs a bare loop, transient "
+      "stability)"};
   Options o;
-  app.add_option("--mode", o.mode, "efficiency, overhead or transient")->check(CLI::IsMember({"efficiency", "overhead", "transient"}));
+  app.add_option("--mode", o.mode, "efficiency, overhead or transient")
+      ->check(CLI::IsMember({"efficiency", "overhead", "transient"}));
   app.add_option("--speeds", o.speeds, "Emulated per-rank speeds (efficiency mode; default 1,..,1,0.33)");
   app.add_option("--transient", o.transient, "P,FACTOR,STEPS slowdowns (transient mode; default 0.1,3,1)");
   app.add_option("--policies", o.policies, "Policies compared in efficiency mode")->capture_default_str();
@@ -196,7 +202,8 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", o.warmup, "Steps excluded from timing")->capture_default_str();
   app.add_option("--repeats", o.repeats, "Runs per configuration (the median is reported)")->capture_default_str();
   app.add_option("--global-batch", o.global_batch, "Global batch B")->capture_default_str();
-  app.add_option("--virtual-device", o.virtual_device, "Seconds per sample at speed 1 (efficiency/transient)")->capture_default_str();
+  app.add_option("--virtual-device", o.virtual_device, "Seconds per sample at speed 1 (efficiency/transient)")
+      ->capture_default_str();
   app.add_option("--layers", o.layers, "MLP widths")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   const int rank = env.world_rank(), world = env.world_size();
@@ -204,9 +211,10 @@ int main(int argc, char** argv) {
 
   if (o.mode == "overhead") {
     if (rank == 0) {
-      std::printf("# overhead: %d ranks, equal speeds, REAL compute, MLP %s, B=%lld, %lld steps (%lld warm-up), %d repeats\n",
-                  world, o.layers.c_str(), static_cast<long long>(o.global_batch), static_cast<long long>(o.steps),
-                  static_cast<long long>(o.warmup), o.repeats);
+      std::printf(
+          "# overhead: %d ranks, equal speeds, REAL compute, MLP %s, B=%lld, %lld steps (%lld warm-up), %d repeats\n",
+          world, o.layers.c_str(), static_cast<long long>(o.global_batch), static_cast<long long>(o.steps),
+          static_cast<long long>(o.warmup), o.repeats);
       std::printf("%-7s %14s %14s %10s %10s\n", "repeat", "bare samples/s", "antdt samples/s", "ratio", "control");
     }
     std::vector<double> ratios, controls;
@@ -215,11 +223,14 @@ int main(int argc, char** argv) {
       const RunResult a = run_session(o, "static", {});
       ratios.push_back(a.throughput / bare);
       controls.push_back(a.control_fraction);
-      if (rank == 0) std::printf("%-7d %14.0f %14.0f %10.3f %9.2f%%\n", r, bare, a.throughput, a.throughput / bare, 100 * a.control_fraction);
+      if (rank == 0)
+        std::printf("%-7d %14.0f %14.0f %10.3f %9.2f%%\n", r, bare, a.throughput, a.throughput / bare,
+                    100 * a.control_fraction);
     }
     if (rank == 0) {
-      std::printf("RESULT overhead ranks=%d median_ratio=%.3f (antdt/bare; goal >= 0.97) median_control_fraction=%.4f\n",
-                  world, median(ratios), median(controls));
+      std::printf(
+          "RESULT overhead ranks=%d median_ratio=%.3f (antdt/bare; goal >= 0.97) median_control_fraction=%.4f\n", world,
+          median(ratios), median(controls));
     }
     return 0;
   }
@@ -234,11 +245,14 @@ int main(int argc, char** argv) {
       emu.seed = 11 + static_cast<std::uint64_t>(r);
       const RunResult a = run_session(o, "dd", emu);
       per100.push_back(100.0 * static_cast<double>(a.plan_changes) / static_cast<double>(o.steps));
-      if (rank == 0) std::printf("repeat %d: %lld plan changes in %lld steps\n", r, static_cast<long long>(a.plan_changes), static_cast<long long>(o.steps));
+      if (rank == 0)
+        std::printf("repeat %d: %lld plan changes in %lld steps\n", r, static_cast<long long>(a.plan_changes),
+                    static_cast<long long>(o.steps));
     }
     if (rank == 0) {
       std::printf("# transient: %d ranks, equal speeds, EMULATED %s\n", world, emu.describe().c_str());
-      std::printf("RESULT transient ranks=%d median_plan_changes_per_100_steps=%.2f (goal <= 1)\n", world, median(per100));
+      std::printf("RESULT transient ranks=%d median_plan_changes_per_100_steps=%.2f (goal <= 1)\n", world,
+                  median(per100));
     }
     return 0;
   }
@@ -263,17 +277,20 @@ int main(int argc, char** argv) {
   }
   if (rank == 0) {
     if (o.virtual_device <= 0) {
-      std::printf("# stretch mode (--virtual-device 0): REAL compute stretched to compute/speed_i; the ideal is the\n"
-                  "# Monitor's measured sum x_i. Use at most one rank per core.\n");
+      std::printf(
+          "# stretch mode (--virtual-device 0): REAL compute stretched to compute/speed_i; the ideal is the\n"
+          "# Monitor's measured sum x_i. Use at most one rank per core.\n");
     }
-    std::printf("# efficiency: %d ranks, EMULATED speeds %s on a virtual device (%.2g s/sample at speed 1), tiny MLP %s,\n"
-                "# B=%lld, %lld steps (%lld warm-up), %d repeats; static limit N*min(x)/sum(x) = %.3f\n",
-                world, o.speeds.c_str(), o.virtual_device, o.layers.c_str(), static_cast<long long>(o.global_batch),
-                static_cast<long long>(o.steps), static_cast<long long>(o.warmup), o.repeats, world * min_speed / sum_speed);
-    std::printf("%-8s %-6s %12s %12s %10s %12s %8s %8s %s\n", "policy", "repeat", "samples/s", "ideal", "efficiency", "eff(meas.x)",
-                "control", "dds", "final split");
+    std::printf(
+        "# efficiency: %d ranks, EMULATED speeds %s on a virtual device (%.2g s/sample at speed 1), tiny MLP %s,\n"
+        "# B=%lld, %lld steps (%lld warm-up), %d repeats; static limit N*min(x)/sum(x) = %.3f\n",
+        world, o.speeds.c_str(), o.virtual_device, o.layers.c_str(), static_cast<long long>(o.global_batch),
+        static_cast<long long>(o.steps), static_cast<long long>(o.warmup), o.repeats, world * min_speed / sum_speed);
+    std::printf("%-8s %-6s %12s %12s %10s %12s %8s %8s %s\n", "policy", "repeat", "samples/s", "ideal", "efficiency",
+                "eff(meas.x)", "control", "dds", "final split");
   }
-  std::vector<std::vector<double>> eff(policies.size()), thr(policies.size()), ctrl(policies.size()), dds(policies.size());
+  std::vector<std::vector<double>> eff(policies.size()), thr(policies.size()), ctrl(policies.size()),
+      dds(policies.size());
   for (int r = 0; r < o.repeats; ++r) {
     for (std::size_t p = 0; p < policies.size(); ++p) {  // policies interleaved within each repeat
       const RunResult a = run_session(o, policies[p], emu);
@@ -282,17 +299,20 @@ int main(int argc, char** argv) {
       ctrl[p].push_back(a.control_fraction);
       dds[p].push_back(a.dds_fraction);
       if (rank == 0) {
-        std::printf("%-8s %-6d %12.0f %12.0f %10.3f %12.3f %7.2f%% %7.3f%% %s (%lld plan changes)\n", policies[p].c_str(), r,
-                    a.throughput, a.ideal, a.throughput / a.ideal, a.throughput / a.ideal_measured, 100 * a.control_fraction,
-                    100 * a.dds_fraction, join(a.split).c_str(), static_cast<long long>(a.plan_changes));
+        std::printf("%-8s %-6d %12.0f %12.0f %10.3f %12.3f %7.2f%% %7.3f%% %s (%lld plan changes)\n",
+                    policies[p].c_str(), r, a.throughput, a.ideal, a.throughput / a.ideal,
+                    a.throughput / a.ideal_measured, 100 * a.control_fraction, 100 * a.dds_fraction,
+                    join(a.split).c_str(), static_cast<long long>(a.plan_changes));
       }
     }
   }
   if (rank == 0) {
     for (std::size_t p = 0; p < policies.size(); ++p) {
-      std::printf("RESULT efficiency ranks=%d speeds=%s policy=%s median_efficiency=%.3f median_throughput=%.0f "
-                  "median_control_fraction=%.4f median_dds_fraction=%.5f\n",
-                  world, o.speeds.c_str(), policies[p].c_str(), median(eff[p]), median(thr[p]), median(ctrl[p]), median(dds[p]));
+      std::printf(
+          "RESULT efficiency ranks=%d speeds=%s policy=%s median_efficiency=%.3f median_throughput=%.0f "
+          "median_control_fraction=%.4f median_dds_fraction=%.5f\n",
+          world, o.speeds.c_str(), policies[p].c_str(), median(eff[p]), median(thr[p]), median(ctrl[p]),
+          median(dds[p]));
     }
     if (policies.size() == 2) {
       std::vector<double> ratio;

@@ -39,7 +39,8 @@ double parse_double(std::string_view token, std::string_view what, std::string_v
   double value = 0.0;
   const auto [end, ec] = std::from_chars(token.data(), token.data() + token.size(), value);
   if (token.empty() || ec != std::errc() || end != token.data() + token.size() || !std::isfinite(value)) {
-    throw UsageError(std::string(what) + ": '" + std::string(token) + "' in '" + std::string(whole) + "' is not a finite number");
+    throw UsageError(std::string(what) + ": '" + std::string(token) + "' in '" + std::string(whole) +
+                     "' is not a finite number");
   }
   return value;
 }
@@ -64,7 +65,8 @@ std::string EmulationOptions::describe() const {
     sep = "; ";
   }
   if (transient_probability > 0.0 && transient_steps > 0) {
-    out << sep << "transient p=" << transient_probability << " x" << transient_factor << " for " << transient_steps << " steps";
+    out << sep << "transient p=" << transient_probability << " x" << transient_factor << " for " << transient_steps
+        << " steps";
     sep = "; ";
   }
   if (virtual_seconds_per_sample > 0.0) {
@@ -94,8 +96,10 @@ void parse_transient(std::string_view text, EmulationOptions& options) {
   const double p = parse_double(parts[0], "--emulate-transient probability", text);
   const double factor = parse_double(parts[1], "--emulate-transient factor", text);
   const double steps = parse_double(parts[2], "--emulate-transient steps", text);
-  if (p < 0.0 || p > 1.0) throw UsageError("--emulate-transient: probability " + std::string(parts[0]) + " must be in [0, 1]");
-  if (factor < 1.0) throw UsageError("--emulate-transient: factor " + std::string(parts[1]) + " must be >= 1 (a slowdown)");
+  if (p < 0.0 || p > 1.0)
+    throw UsageError("--emulate-transient: probability " + std::string(parts[0]) + " must be in [0, 1]");
+  if (factor < 1.0)
+    throw UsageError("--emulate-transient: factor " + std::string(parts[1]) + " must be >= 1 (a slowdown)");
   if (steps < 1.0 || steps != std::floor(steps) || steps > 1e9) {
     throw UsageError("--emulate-transient: steps " + std::string(parts[2]) + " must be a whole number >= 1");
   }
@@ -104,7 +108,8 @@ void parse_transient(std::string_view text, EmulationOptions& options) {
   options.transient_steps = static_cast<std::int64_t>(steps);
 }
 
-SpeedEmulator::SpeedEmulator(const EmulationOptions& options, int rank, int world_size) : options_(options), rank_(rank) {
+SpeedEmulator::SpeedEmulator(const EmulationOptions& options, int rank, int world_size)
+    : options_(options), rank_(rank) {
   if (world_size < 1 || rank < 0 || rank >= world_size) {
     throw UsageError("emulation: rank " + std::to_string(rank) + " is not in a world of " + std::to_string(world_size));
   }
@@ -148,7 +153,8 @@ double SpeedEmulator::virtual_throughput() const noexcept {
 void wait_for(double seconds) {
   if (!(seconds > 0.0)) return;
   using clock = std::chrono::steady_clock;
-  const auto deadline = clock::now() + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(seconds));
+  const auto deadline =
+      clock::now() + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(seconds));
   // sleep_until may wake early on signals; sleep again until the deadline has passed.
   while (clock::now() < deadline) std::this_thread::sleep_until(deadline);
 }

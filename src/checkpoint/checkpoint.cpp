@@ -77,8 +77,8 @@ H5Handle h5_object(hid_t id) { return {id, H5Oclose}; }
 bool valid_component(std::string_view c) {
   if (c.empty() || c == "." || c == "..") return false;
   return std::all_of(c.begin(), c.end(), [](char ch) {
-    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_' ||
-           ch == '-' || ch == '.';
+    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_' || ch == '-' ||
+           ch == '.';
   });
 }
 
@@ -244,26 +244,39 @@ struct KindSpec {
 
 KindSpec spec_of(Kind kind) {
   switch (kind) {
-    case Kind::floats: return {"float32[]", H5T_FLOAT, 4, H5T_SGN_ERROR, true, "put_floats"};
-    case Kind::int64s: return {"int64[]", H5T_INTEGER, 8, H5T_SGN_2, true, "put_int64s"};
-    case Kind::uint64s: return {"uint64[]", H5T_INTEGER, 8, H5T_SGN_NONE, true, "put_uint64s"};
-    case Kind::bytes: return {"uint8[] (bytes)", H5T_INTEGER, 1, H5T_SGN_NONE, true, "put_bytes"};
-    case Kind::int64: return {"int64 scalar", H5T_INTEGER, 8, H5T_SGN_2, false, "put_int64"};
-    case Kind::real: return {"float64 scalar", H5T_FLOAT, 8, H5T_SGN_ERROR, false, "put_double"};
-    case Kind::string: return {"string", H5T_STRING, 0, H5T_SGN_ERROR, false, "put_string"};
+    case Kind::floats:
+      return {"float32[]", H5T_FLOAT, 4, H5T_SGN_ERROR, true, "put_floats"};
+    case Kind::int64s:
+      return {"int64[]", H5T_INTEGER, 8, H5T_SGN_2, true, "put_int64s"};
+    case Kind::uint64s:
+      return {"uint64[]", H5T_INTEGER, 8, H5T_SGN_NONE, true, "put_uint64s"};
+    case Kind::bytes:
+      return {"uint8[] (bytes)", H5T_INTEGER, 1, H5T_SGN_NONE, true, "put_bytes"};
+    case Kind::int64:
+      return {"int64 scalar", H5T_INTEGER, 8, H5T_SGN_2, false, "put_int64"};
+    case Kind::real:
+      return {"float64 scalar", H5T_FLOAT, 8, H5T_SGN_ERROR, false, "put_double"};
+    case Kind::string:
+      return {"string", H5T_STRING, 0, H5T_SGN_ERROR, false, "put_string"};
   }
   return {"?", H5T_NO_CLASS, 0, H5T_SGN_ERROR, false, "?"};
 }
 
 hid_t native_type(Kind kind) {
   switch (kind) {
-    case Kind::floats: return H5T_NATIVE_FLOAT;
+    case Kind::floats:
+      return H5T_NATIVE_FLOAT;
     case Kind::int64s:
-    case Kind::int64: return H5T_NATIVE_INT64;
-    case Kind::uint64s: return H5T_NATIVE_UINT64;
-    case Kind::bytes: return H5T_NATIVE_UINT8;
-    case Kind::real: return H5T_NATIVE_DOUBLE;
-    case Kind::string: break;
+    case Kind::int64:
+      return H5T_NATIVE_INT64;
+    case Kind::uint64s:
+      return H5T_NATIVE_UINT64;
+    case Kind::bytes:
+      return H5T_NATIVE_UINT8;
+    case Kind::real:
+      return H5T_NATIVE_DOUBLE;
+    case Kind::string:
+      break;
   }
   return H5I_INVALID_HID;
 }
@@ -288,14 +301,24 @@ std::string describe(hid_t type, hid_t space) {
     case H5T_INTEGER:
       what = std::string(H5Tget_sign(type) == H5T_SGN_NONE ? "uint" : "int") + std::to_string(size * 8);
       break;
-    case H5T_FLOAT: what = "float" + std::to_string(size * 8); break;
+    case H5T_FLOAT:
+      what = "float" + std::to_string(size * 8);
+      break;
     case H5T_STRING:
       what = H5Tis_variable_str(type) > 0 ? "variable-length string" : "string(" + std::to_string(size) + ")";
       break;
-    case H5T_COMPOUND: what = "compound"; break;
-    case H5T_OPAQUE: what = "opaque"; break;
-    case H5T_ARRAY: what = "array type"; break;
-    default: what = "type class " + std::to_string(static_cast<int>(cls)); break;
+    case H5T_COMPOUND:
+      what = "compound";
+      break;
+    case H5T_OPAQUE:
+      what = "opaque";
+      break;
+    case H5T_ARRAY:
+      what = "array type";
+      break;
+    default:
+      what = "type class " + std::to_string(static_cast<int>(cls));
+      break;
   }
   const H5S_class_t space_class = H5Sget_simple_extent_type(space);
   if (space_class == H5S_SCALAR) return what + " scalar";
@@ -391,15 +414,14 @@ void write_entry(detail::CheckpointWriterState& s, const std::string& name, hid_
     space = detail::h5_dataspace(H5Screate(count == -1 ? H5S_SCALAR : H5S_NULL));
   }
   if (!space.valid()) throw_write_error(s, name, h5_error_message());
-  H5Handle dset =
-      detail::h5_dataset(H5Dcreate2(parent.get(), leaf.c_str(), type, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+  H5Handle dset = detail::h5_dataset(
+      H5Dcreate2(parent.get(), leaf.c_str(), type, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
   if (!dset.valid()) throw_write_error(s, name, h5_error_message());
   // A zero-element write is skipped: there is nothing to write and no buffer to point at.
   if (nbytes > 0 && H5Dwrite(dset.get(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0) {
     throw_write_error(s, name, h5_error_message());
   }
-  const std::uint64_t checksum =
-      checkpoint::fnv1a64({static_cast<const std::byte*>(data), nbytes});
+  const std::uint64_t checksum = checkpoint::fnv1a64({static_cast<const std::byte*>(data), nbytes});
   H5Handle attr_space = detail::h5_dataspace(H5Screate(H5S_SCALAR));
   H5Handle attr = detail::h5_attribute(
       H5Acreate2(dset.get(), kAttrChecksum, H5T_STD_U64LE, attr_space.get(), H5P_DEFAULT, H5P_DEFAULT));
@@ -412,8 +434,8 @@ void write_entry(detail::CheckpointWriterState& s, const std::string& name, hid_
 void write_root_attribute(detail::CheckpointWriterState& s, const char* attr_name, hid_t file_type, hid_t mem_type,
                           const void* value) {
   H5Handle space = detail::h5_dataspace(H5Screate(H5S_SCALAR));
-  H5Handle attr = detail::h5_attribute(
-      H5Acreate2(s.file.get(), attr_name, file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT));
+  H5Handle attr =
+      detail::h5_attribute(H5Acreate2(s.file.get(), attr_name, file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT));
   if (!space.valid() || !attr.valid() || H5Awrite(attr.get(), mem_type, value) < 0) {
     throw FileError("checkpoint '" + s.tmp_path.string() + "': cannot write attribute '" + attr_name +
                     "': " + h5_error_message());
@@ -479,8 +501,7 @@ void CheckpointWriter::put_int64s(const std::string& name, std::span<const std::
 void CheckpointWriter::put_uint64s(const std::string& name, std::span<const std::uint64_t> values) {
   auto& s = usable(state_);
   H5QuietErrors quiet;
-  write_entry(s, name, H5T_NATIVE_UINT64, static_cast<std::int64_t>(values.size()), values.data(),
-              values.size_bytes());
+  write_entry(s, name, H5T_NATIVE_UINT64, static_cast<std::int64_t>(values.size()), values.data(), values.size_bytes());
 }
 
 void CheckpointWriter::put_bytes(const std::string& name, std::span<const std::byte> bytes) {
@@ -543,11 +564,11 @@ std::string CheckpointWriter::commit(int keep) {
     if (!s.committed) {
       s.committed = true;  // the writer is spent either way
       remove_quietly(s.tmp_path, "failed checkpoint");
-      throw FileError("checkpoint commit of '" + final_path.string() + "' failed, previous checkpoints kept: " +
-                      e.what());
+      throw FileError("checkpoint commit of '" + final_path.string() +
+                      "' failed, previous checkpoints kept: " + e.what());
     }
-    throw FileError("checkpoint '" + final_path.string() + "' was renamed into place but may not be durable: " +
-                    e.what());
+    throw FileError("checkpoint '" + final_path.string() +
+                    "' was renamed into place but may not be durable: " + e.what());
   }
 
   // Retention. Steps only move forward within a run, so a committed checkpoint with a larger
@@ -659,9 +680,10 @@ H5Handle open_entry(const detail::CheckpointReaderState& s, const std::string& n
     if (exists < 0) throw_bad_entry(s, name, "cannot be looked up: " + h5_error_message());
     if (exists == 0) {
       if (missing_ok) return {};
-      throw_bad_entry(s, name, last ? "is missing; the checkpoint was written without it (another antdt "
-                                      "version or a different configuration?)"
-                                    : "is missing: there is no group '" + prefix + "'");
+      throw_bad_entry(s, name,
+                      last ? "is missing; the checkpoint was written without it (another antdt "
+                             "version or a different configuration?)"
+                           : "is missing: there is no group '" + prefix + "'");
     }
     H5Handle next = h5_object(H5Oopen(current.get(), parts[i].c_str(), H5P_DEFAULT));
     if (!next.valid()) throw_bad_entry(s, name, "cannot be opened at '" + prefix + "': " + h5_error_message());
@@ -702,8 +724,9 @@ std::vector<std::byte> read_entry(const detail::CheckpointReaderState& s, const 
     shape_ok = space_class == H5S_SCALAR || (kind == Kind::string && space_class == H5S_NULL);
   }
   if (!type_ok || !shape_ok) {
-    throw_bad_entry(s, name, "has the wrong type: it is " + describe(type.get(), space.get()) + ", expected " +
-                                 spec.label + " (as written by " + spec.writer + ")");
+    throw_bad_entry(s, name,
+                    "has the wrong type: it is " + describe(type.get(), space.get()) + ", expected " + spec.label +
+                        " (as written by " + spec.writer + ")");
   }
 
   std::int64_t count = 1;
@@ -712,16 +735,17 @@ std::vector<std::byte> read_entry(const detail::CheckpointReaderState& s, const 
     H5Sget_simple_extent_dims(space.get(), dims, nullptr);
     count = static_cast<std::int64_t>(dims[0]);
     if (expected_count >= 0 && count != expected_count) {
-      throw_bad_entry(s, name, "has " + std::to_string(count) + " elements, expected " +
-                                   std::to_string(expected_count) +
-                                   "; the checkpoint was written for a different shape (model size, world size?)");
+      throw_bad_entry(s, name,
+                      "has " + std::to_string(count) + " elements, expected " + std::to_string(expected_count) +
+                          "; the checkpoint was written for a different shape (model size, world size?)");
     }
   } else if (space_class == H5S_NULL) {
     count = 0;
   }
 
   if (H5Aexists(dset.get(), kAttrChecksum) <= 0) {
-    throw_bad_entry(s, name, std::string("has no '") + kAttrChecksum + "' checksum attribute; it was not written by antdt");
+    throw_bad_entry(s, name,
+                    std::string("has no '") + kAttrChecksum + "' checksum attribute; it was not written by antdt");
   }
   std::uint64_t stored_checksum = 0;
   {
@@ -739,9 +763,10 @@ std::vector<std::byte> read_entry(const detail::CheckpointReaderState& s, const 
   hsize_t file_size = 0;
   if (H5Fget_filesize(s.file.get(), &file_size) < 0 ||
       static_cast<std::uint64_t>(count) > file_size / std::max<std::size_t>(mem_elem_size, 1)) {
-    throw_bad_entry(s, name, "claims " + std::to_string(count) + " elements of " + std::to_string(mem_elem_size) +
-                                 " bytes, more than the whole file holds (" + std::to_string(file_size) +
-                                 " bytes); the file is damaged");
+    throw_bad_entry(s, name,
+                    "claims " + std::to_string(count) + " elements of " + std::to_string(mem_elem_size) +
+                        " bytes, more than the whole file holds (" + std::to_string(file_size) +
+                        " bytes); the file is damaged");
   }
   std::vector<std::byte> data(static_cast<std::size_t>(count) * mem_elem_size);
   if (!data.empty()) {
@@ -755,8 +780,8 @@ std::vector<std::byte> read_entry(const detail::CheckpointReaderState& s, const 
     char text[96];
     std::snprintf(text, sizeof text, "stored %016llx, computed %016llx",
                   static_cast<unsigned long long>(stored_checksum), static_cast<unsigned long long>(actual_checksum));
-    throw_bad_entry(s, name, std::string("fails its checksum (") + text +
-                                 "): the data is corrupt; restore an older checkpoint");
+    throw_bad_entry(s, name,
+                    std::string("fails its checksum (") + text + "): the data is corrupt; restore an older checkpoint");
   }
   return data;
 }
@@ -789,8 +814,8 @@ void collect_names(const detail::CheckpointReaderState& s, hid_t group, const st
                    std::vector<std::string>& out) {
   H5G_info_t info{};
   if (H5Gget_info(group, &info) < 0) {
-    throw_bad_file(s.path, "cannot list group '" + (prefix.empty() ? std::string("/") : prefix) +
-                               "': " + h5_error_message());
+    throw_bad_file(s.path,
+                   "cannot list group '" + (prefix.empty() ? std::string("/") : prefix) + "': " + h5_error_message());
   }
   for (hsize_t i = 0; i < info.nlinks; ++i) {
     const ssize_t length = H5Lget_name_by_idx(group, ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT);
@@ -816,7 +841,8 @@ const detail::CheckpointReaderState& readable(const std::unique_ptr<detail::Chec
 
 }  // namespace
 
-CheckpointReader::CheckpointReader(const std::string& path) : state_(std::make_unique<detail::CheckpointReaderState>()) {
+CheckpointReader::CheckpointReader(const std::string& path)
+    : state_(std::make_unique<detail::CheckpointReaderState>()) {
   H5QuietErrors quiet;
   auto& s = *state_;
   s.path = path;
@@ -850,9 +876,8 @@ CheckpointReader::CheckpointReader(const std::string& path) : state_(std::make_u
     } catch (const CheckpointError&) {
     }
     throw_bad_file(path, "has checkpoint format version " + std::to_string(s.format_version) + " but antdt " +
-                             ANTDT_VERSION_STRING + " reads only version " +
-                             std::to_string(kCheckpointFormatVersion) + "; restore it with antdt " + writer_version +
-                             ", which wrote it");
+                             ANTDT_VERSION_STRING + " reads only version " + std::to_string(kCheckpointFormatVersion) +
+                             "; restore it with antdt " + writer_version + ", which wrote it");
   }
   const auto complete = root_int64_attribute(path, s.file.get(), kAttrComplete);
   if (!complete || *complete != 1) {

@@ -116,8 +116,8 @@ std::vector<ReducerCandidate> reducer_candidates(const Communicator& comm, const
 std::unique_ptr<GradientReducer> make_reducer(const Communicator& comm, const DeviceInfo& device) {
   const std::vector<ReducerCandidate> candidates = reducer_candidates(comm, device);
   for (const comm::ReducerBackend& b : comm::backends()) {
-    const auto it = std::find_if(candidates.begin(), candidates.end(),
-                                 [&](const ReducerCandidate& c) { return c.name == b.name; });
+    const auto it =
+        std::find_if(candidates.begin(), candidates.end(), [&](const ReducerCandidate& c) { return c.name == b.name; });
     if (it == candidates.end() || !it->enabled) continue;
     if (comm.is_root()) {
       std::string skipped;

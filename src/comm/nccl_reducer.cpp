@@ -43,8 +43,8 @@ class NcclReducer final : public GradientReducer {
   void allreduce_sum(float* buffer, std::int64_t count) override {
     if (count < 0) throw UsageError("allreduce_sum: negative count");
     cuda::DeviceGuard guard(device_);
-    ANTDT_CHECK_NCCL(ncclAllReduce(buffer, buffer, static_cast<std::size_t>(count), ncclFloat, ncclSum, nccl_.get(),
-                                   stream_.get()));
+    ANTDT_CHECK_NCCL(
+        ncclAllReduce(buffer, buffer, static_cast<std::size_t>(count), ncclFloat, ncclSum, nccl_.get(), stream_.get()));
     stream_.synchronize();
   }
 

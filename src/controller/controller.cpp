@@ -22,7 +22,8 @@ constexpr std::uint32_t kControllerFormat = 1;
 
 void validate(const ControllerOptions& o) {
   if (o.window < 1) throw UsageError("controller: window must be at least 1 step, got " + std::to_string(o.window));
-  if (o.persistence < 1) throw UsageError("controller: persistence must be at least 1 step, got " + std::to_string(o.persistence));
+  if (o.persistence < 1)
+    throw UsageError("controller: persistence must be at least 1 step, got " + std::to_string(o.persistence));
   if (!(o.min_gain >= 0.0)) throw UsageError("controller: min_gain must be >= 0, got " + std::to_string(o.min_gain));
   if (o.min_interval < 0) throw UsageError("controller: min_interval must be >= 0");
   if (o.warmup_steps < 0) throw UsageError("controller: warmup_steps must be >= 0");
@@ -35,7 +36,9 @@ void validate(const ControllerOptions& o) {
 }  // namespace
 
 Controller::Controller(ControllerOptions options, Plan initial)
-    : options_(std::move(options)), cost_(options_.cost), monitor_(std::max(1, initial.world_size()), std::max(1, options_.window)) {
+    : options_(std::move(options)),
+      cost_(options_.cost),
+      monitor_(std::max(1, initial.world_size()), std::max(1, options_.window)) {
   validate(options_);
   if (initial.world_size() < 1) throw UsageError("controller: the initial plan has no ranks");
   resolve_options(initial);
@@ -53,8 +56,8 @@ void Controller::resolve_options(const Plan& reference) {
   const auto n = static_cast<std::size_t>(reference.world_size());
   if (options_.world_size == 0) options_.world_size = reference.world_size();
   if (options_.world_size != reference.world_size()) {
-    throw UsageError("controller: options say " + std::to_string(options_.world_size) + " ranks but the initial plan has " +
-                     std::to_string(reference.world_size()));
+    throw UsageError("controller: options say " + std::to_string(options_.world_size) +
+                     " ranks but the initial plan has " + std::to_string(reference.world_size()));
   }
   if (options_.global_batch == 0) options_.global_batch = reference.global_batch;
   if (options_.global_batch != reference.global_batch) {
@@ -64,8 +67,8 @@ void Controller::resolve_options(const Plan& reference) {
   if (options_.caps.empty()) options_.caps = reference.micro_batch_cap;
   if (options_.caps.size() == 1) options_.caps.assign(n, options_.caps.front());
   if (options_.caps.size() != n) {
-    throw UsageError("controller: " + std::to_string(options_.caps.size()) + " micro-batch caps for " + std::to_string(n) +
-                     " ranks; give one for all ranks or one per rank");
+    throw UsageError("controller: " + std::to_string(options_.caps.size()) + " micro-batch caps for " +
+                     std::to_string(n) + " ranks; give one for all ranks or one per rank");
   }
   for (const auto c : options_.caps) {
     if (c < 1) throw UsageError("controller: every micro-batch cap must be at least 1");
@@ -128,9 +131,10 @@ void Controller::assess(std::int64_t step) {
                     untimed, ratio, reference, a.slow_streak, options_.persistence, s.throughput, a.relative);
     } else if (a.slow_streak > 0) {
       a.kind = RankClass::transient_straggler;
-      std::snprintf(buf, sizeof buf,
-                    "%sthis step %.4g samples/s < %.3gx the cluster median (%.4g) for %d step(s), fewer than persistence %d",
-                    untimed, s.last_throughput, ratio, reference, a.slow_streak, options_.persistence);
+      std::snprintf(
+          buf, sizeof buf,
+          "%sthis step %.4g samples/s < %.3gx the cluster median (%.4g) for %d step(s), fewer than persistence %d",
+          untimed, s.last_throughput, ratio, reference, a.slow_streak, options_.persistence);
     } else if (reference > 0.0 && s.throughput >= reference / ratio) {
       a.kind = RankClass::leader;
       std::snprintf(buf, sizeof buf, "%swindow median %.4g samples/s = %.3gx the cluster median, >= 1/%.3g", untimed,
@@ -138,7 +142,8 @@ void Controller::assess(std::int64_t step) {
     } else {
       a.kind = RankClass::normal;
       if (timed_now) {
-        std::snprintf(buf, sizeof buf, "window median %.4g samples/s = %.3gx the cluster median", s.throughput, a.relative);
+        std::snprintf(buf, sizeof buf, "window median %.4g samples/s = %.3gx the cluster median", s.throughput,
+                      a.relative);
       } else {
         std::snprintf(buf, sizeof buf, "no timed samples this step (batch %lld)",
                       static_cast<long long>(r < current.batch.size() ? current.batch[r] : 0));
@@ -154,7 +159,8 @@ std::optional<Plan> Controller::on_step(std::int64_t step, std::span<const RankS
                      std::to_string(plan().world_size()));
   }
   if (step <= last_step_) {
-    throw UsageError("controller: step " + std::to_string(step) + " is not after the last step " + std::to_string(last_step_));
+    throw UsageError("controller: step " + std::to_string(step) + " is not after the last step " +
+                     std::to_string(last_step_));
   }
   last_step_ = step;
   // Warm-up steps (allocation, first-touch, library initialisation) would only pollute the window.
@@ -215,7 +221,8 @@ Controller Controller::restore(std::span<const std::byte> bytes, ControllerOptio
   validate(options);
   try {
     detail::ByteReader r(bytes);
-    if (r.get<std::uint32_t>() != kControllerMagic) throw CheckpointError("controller state: not a controller blob (bad magic)");
+    if (r.get<std::uint32_t>() != kControllerMagic)
+      throw CheckpointError("controller state: not a controller blob (bad magic)");
     if (const auto format = r.get<std::uint32_t>(); format != kControllerFormat) {
       throw CheckpointError("controller state: format " + std::to_string(format) + " is not supported (expected " +
                             std::to_string(kControllerFormat) + ")");
@@ -239,9 +246,9 @@ Controller Controller::restore(std::span<const std::byte> bytes, ControllerOptio
       throw CheckpointError("controller state: inconsistent world sizes");
     }
 
-    const int world = options.world_size > 0       ? options.world_size
-                      : options.caps.size() > 1    ? static_cast<int>(options.caps.size())
-                                                   : saved_world;
+    const int world = options.world_size > 0    ? options.world_size
+                      : options.caps.size() > 1 ? static_cast<int>(options.caps.size())
+                                                : saved_world;
     if (options.world_size < 0) throw UsageError("controller restore: world_size must be >= 0");
     options.world_size = world;
     if (options.global_batch == 0) options.global_batch = saved_batch;
@@ -278,7 +285,8 @@ Controller Controller::restore(std::span<const std::byte> bytes, ControllerOptio
     }
 
     const Plan& last = c.history_.back();
-    const bool same_shape = same_world && last.global_batch == c.options_.global_batch && last.micro_batch_cap == c.options_.caps;
+    const bool same_shape =
+        same_world && last.global_batch == c.options_.global_batch && last.micro_batch_cap == c.options_.caps;
     if (same_shape) return c;
     // Elastic restart or changed batch/caps: re-plan. Without measurements on the new world
     // an equal split is the only honest choice; the Session may install a probed plan.

@@ -33,7 +33,8 @@ std::vector<std::int64_t> expand_caps(std::span<const std::int64_t> caps, std::s
 
 void check_per_rank(std::span<const double> v, std::size_t n, const char* what) {
   if (!v.empty() && v.size() != n) {
-    throw UsageError(std::string(what) + ": got " + std::to_string(v.size()) + " values for " + std::to_string(n) + " ranks");
+    throw UsageError(std::string(what) + ": got " + std::to_string(v.size()) + " values for " + std::to_string(n) +
+                     " ranks");
   }
 }
 
@@ -57,7 +58,8 @@ std::vector<double> CostModel::predict_rank_seconds(const Plan& plan, std::span<
                                                     std::span<const double> overhead) const {
   const auto n = plan.batch.size();
   if (x.size() != n) {
-    throw UsageError("cost model: got " + std::to_string(x.size()) + " throughputs for " + std::to_string(n) + " ranks");
+    throw UsageError("cost model: got " + std::to_string(x.size()) + " throughputs for " + std::to_string(n) +
+                     " ranks");
   }
   check_per_rank(overhead, n, "cost model overheads");
   std::vector<double> t(n);
@@ -65,7 +67,8 @@ std::vector<double> CostModel::predict_rank_seconds(const Plan& plan, std::span<
   return t;
 }
 
-double CostModel::predict_step_seconds(const Plan& plan, std::span<const double> x, std::span<const double> overhead) const {
+double CostModel::predict_step_seconds(const Plan& plan, std::span<const double> x,
+                                       std::span<const double> overhead) const {
   const auto t = predict_rank_seconds(plan, x, overhead);
   const double slowest = t.empty() ? 0.0 : *std::max_element(t.begin(), t.end());
   return slowest + allreduce_seconds(plan.world_size());
@@ -75,7 +78,8 @@ Plan plan_split(std::int64_t global_batch, std::span<const double> x, std::span<
                 std::int64_t effective_step, std::span<const double> overhead) {
   const std::size_t n = x.size();
   if (n == 0) throw UsageError("plan_split: no ranks (empty throughput list)");
-  if (global_batch < 1) throw UsageError("plan_split: the global batch must be at least 1, got " + std::to_string(global_batch));
+  if (global_batch < 1)
+    throw UsageError("plan_split: the global batch must be at least 1, got " + std::to_string(global_batch));
   for (std::size_t i = 0; i < n; ++i) {
     if (!std::isfinite(x[i]) || x[i] <= 0.0) {
       throw UsageError("plan_split: throughput of rank " + std::to_string(i) + " must be finite and > 0, got " +
@@ -132,7 +136,8 @@ Plan plan_split(std::int64_t global_batch, std::span<const double> x, std::span<
   }
   std::vector<std::size_t> order(n);
   std::iota(order.begin(), order.end(), std::size_t{0});
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t l, std::size_t r) { return remainder[l] > remainder[r]; });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t l, std::size_t r) { return remainder[l] > remainder[r]; });
   for (std::size_t k = 0; assigned < global_batch; k = (k + 1) % n, ++assigned) ++b[order[k]];
   while (assigned > global_batch) {  // only from floating-point excess: take from the largest
     const auto it = std::max_element(b.begin(), b.end());
@@ -204,14 +209,22 @@ double gpu_relative_throughput(int compute_capability, std::string_view name) no
     if (has_token(p.key)) return p.relative;
   }
   switch (compute_capability) {
-    case 60: return 0.25;  // Pascal P100
-    case 70: return 0.5;   // Volta V100
-    case 75: return 0.15;  // Turing T4
-    case 80: return 1.0;   // Ampere A100
-    case 86: return 0.45;  // Ampere A10 / A40 / RTX 30
-    case 89: return 0.5;   // Ada: L4 (0.3) to L40S (1.1); the name is the better guide
-    case 90: return 2.0;   // Hopper H100 / H200
-    default: return 0.0;
+    case 60:
+      return 0.25;  // Pascal P100
+    case 70:
+      return 0.5;  // Volta V100
+    case 75:
+      return 0.15;  // Turing T4
+    case 80:
+      return 1.0;  // Ampere A100
+    case 86:
+      return 0.45;  // Ampere A10 / A40 / RTX 30
+    case 89:
+      return 0.5;  // Ada: L4 (0.3) to L40S (1.1); the name is the better guide
+    case 90:
+      return 2.0;  // Hopper H100 / H200
+    default:
+      return 0.0;
   }
 }
 

@@ -137,10 +137,14 @@ Registry& registry() {
 
 const char* rank_class_name(RankClass c) noexcept {
   switch (c) {
-    case RankClass::normal: return "normal";
-    case RankClass::leader: return "leader";
-    case RankClass::transient_straggler: return "transient straggler";
-    case RankClass::persistent_straggler: return "persistent straggler";
+    case RankClass::normal:
+      return "normal";
+    case RankClass::leader:
+      return "leader";
+    case RankClass::transient_straggler:
+      return "transient straggler";
+    case RankClass::persistent_straggler:
+      return "persistent straggler";
   }
   return "?";
 }

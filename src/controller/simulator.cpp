@@ -30,8 +30,9 @@ SimResult simulate(const SimConfig& config) {
 
   ControllerOptions options = config.controller;
   if (options.caps.empty()) options.caps = {options.global_batch};
-  Controller controller(options, equal_plan(options.global_batch,
-                                            options.caps.size() == 1 ? std::vector<std::int64_t>(n, options.caps[0]) : options.caps));
+  Controller controller(
+      options, equal_plan(options.global_batch,
+                          options.caps.size() == 1 ? std::vector<std::int64_t>(n, options.caps[0]) : options.caps));
   const CostModel& cost = controller.cost_model();
 
   SimResult result;

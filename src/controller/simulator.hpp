@@ -15,7 +15,7 @@
 namespace antdt::sim {
 
 struct SimConfig {
-  std::vector<double> speeds;       // relative speed per rank (1 = x0 samples/s)
+  std::vector<double> speeds;  // relative speed per rank (1 = x0 samples/s)
   std::int64_t steps = 500;
   double seconds_per_sample = 1e-3;  // c at speed 1
   double overhead_seconds = 0.0;     // fixed per-step time on every rank (reported as data wait)
@@ -35,9 +35,9 @@ struct SimResult {
   double idle_fraction = 0.0;     // 1 - sum_steps mean_i t_i / sum_steps max_i t_i
   std::int64_t plan_changes = 0;
   std::int64_t last_change_effective_step = 0;  // 0 when the plan never changed
-  double mean_prediction_error = 0.0;  // mean |predicted - simulated| / simulated step time
-  double controller_seconds = 0.0;     // real wall time spent in Controller::on_step
-  std::vector<Plan> plans;             // the controller's history
+  double mean_prediction_error = 0.0;           // mean |predicted - simulated| / simulated step time
+  double controller_seconds = 0.0;              // real wall time spent in Controller::on_step
+  std::vector<Plan> plans;                      // the controller's history
 };
 
 // Throws UsageError on an empty speed list or bad options (as the Controller does).

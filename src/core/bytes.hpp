@@ -18,13 +18,13 @@ namespace antdt::detail {
 class ByteWriter {
  public:
   template <class T>
-    requires std::is_trivially_copyable_v<T>
+  requires std::is_trivially_copyable_v<T>
   void put(const T& value) {
     const auto* p = reinterpret_cast<const std::byte*>(&value);
     bytes_.insert(bytes_.end(), p, p + sizeof(T));
   }
   template <class T>
-    requires std::is_trivially_copyable_v<T>
+  requires std::is_trivially_copyable_v<T>
   void put_vector(const std::vector<T>& values) {
     put<std::uint64_t>(values.size());
     const auto* p = reinterpret_cast<const std::byte*>(values.data());
@@ -46,8 +46,7 @@ class ByteReader {
  public:
   explicit ByteReader(std::span<const std::byte> bytes) noexcept : bytes_(bytes) {}
   template <class T>
-    requires std::is_trivially_copyable_v<T>
-  T get() {
+  requires std::is_trivially_copyable_v<T> T get() {
     need(sizeof(T));
     T value;
     std::memcpy(&value, bytes_.data() + pos_, sizeof(T));
@@ -55,10 +54,10 @@ class ByteReader {
     return value;
   }
   template <class T>
-    requires std::is_trivially_copyable_v<T>
-  std::vector<T> get_vector() {
+  requires std::is_trivially_copyable_v<T> std::vector<T> get_vector() {
     const auto n = get<std::uint64_t>();
-    if (n > (bytes_.size() - pos_) / (sizeof(T) ? sizeof(T) : 1)) throw Error("control message: vector length out of range");
+    if (n > (bytes_.size() - pos_) / (sizeof(T) ? sizeof(T) : 1))
+      throw Error("control message: vector length out of range");
     std::vector<T> values(n);
     if (n > 0) std::memcpy(values.data(), bytes_.data() + pos_, n * sizeof(T));  // data() may be null when empty
     pos_ += n * sizeof(T);

@@ -15,7 +15,8 @@ bool mpi_is_active() noexcept {
 }
 
 Communicator Communicator::duplicate(MPI_Comm user) {
-  if (!mpi_is_active()) throw MpiError(0, "antdt::Communicator::duplicate: MPI is not initialised (call MPI_Init first)");
+  if (!mpi_is_active())
+    throw MpiError(0, "antdt::Communicator::duplicate: MPI is not initialised (call MPI_Init first)");
   if (user == MPI_COMM_NULL) throw UsageError("antdt::Communicator::duplicate: the communicator is MPI_COMM_NULL");
   Communicator c;
   // The user's communicator may still carry MPI_ERRORS_ARE_FATAL; this is the one call

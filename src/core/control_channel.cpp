@@ -24,7 +24,8 @@ std::vector<std::byte> ControlChannel::exchange(std::span<const std::byte> repor
   if (comm_->is_root()) {
     std::vector<std::span<const std::byte>> reports;
     reports.reserve(static_cast<std::size_t>(size));
-    for (int r = 0; r < size; ++r) reports.emplace_back(gathered_.data() + static_cast<std::size_t>(r) * n, static_cast<std::size_t>(n));
+    for (int r = 0; r < size; ++r)
+      reports.emplace_back(gathered_.data() + static_cast<std::size_t>(r) * n, static_cast<std::size_t>(n));
     try {
       reply = decide(reports);
     } catch (const std::exception& e) {
@@ -50,8 +51,8 @@ std::vector<std::byte> ControlChannel::exchange(std::span<const std::byte> repor
     std::memcpy(reply.data(), first.data() + sizeof header, std::min<std::size_t>(header[0], kInlineReplyBytes));
   }
   if (header[0] > kInlineReplyBytes) {
-    ANTDT_CHECK_MPI(MPI_Bcast(reply.data() + kInlineReplyBytes, static_cast<int>(header[0] - kInlineReplyBytes), MPI_BYTE, 0,
-                              comm_->get()));
+    ANTDT_CHECK_MPI(MPI_Bcast(reply.data() + kInlineReplyBytes, static_cast<int>(header[0] - kInlineReplyBytes),
+                              MPI_BYTE, 0, comm_->get()));
   }
   if (header[1] != 0) {
     if (root_error) std::rethrow_exception(root_error);

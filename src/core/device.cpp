@@ -13,9 +13,7 @@
 
 namespace antdt {
 
-std::string_view backend_name(Backend backend) noexcept {
-  return backend == Backend::cuda ? "cuda" : "host";
-}
+std::string_view backend_name(Backend backend) noexcept { return backend == Backend::cuda ? "cuda" : "host"; }
 
 DevicePreference parse_device_preference(std::string_view text) {
   if (text == "auto") return DevicePreference::automatic;
@@ -85,8 +83,8 @@ DeviceInfo select_device([[maybe_unused]] int local_rank, DevicePreference prefe
     info.compute_capability = prop.major * 10 + prop.minor;
     info.free_memory = free_b;
     info.total_memory = total_b;
-    info.reason = "local rank " + std::to_string(local_rank) + " -> GPU " + std::to_string(id) + " of " +
-                  std::to_string(count);
+    info.reason =
+        "local rank " + std::to_string(local_rank) + " -> GPU " + std::to_string(id) + " of " + std::to_string(count);
 #endif
   }
   if (!g_reported.exchange(true)) {

@@ -26,8 +26,8 @@ void throw_mpi_error(int code, const char* call, const char* file, int line) {
     std::snprintf(text, sizeof text, "unknown MPI error");
   }
   MPI_Error_class(code, &error_class);
-  throw MpiError(code, "MPI error " + std::to_string(code) + " (class " + std::to_string(error_class) +
-                           "): " + text + " in " + where(call, file, line));
+  throw MpiError(code, "MPI error " + std::to_string(code) + " (class " + std::to_string(error_class) + "): " + text +
+                           " in " + where(call, file, line));
 }
 
 void throw_hdf5_error(const char* call, const char* file, int line) {

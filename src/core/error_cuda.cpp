@@ -41,8 +41,8 @@ bool poisons_context(cudaError_t err) {
 
 void throw_cuda_error(int code, const char* call, const char* file, int line) {
   const auto err = static_cast<cudaError_t>(code);
-  const std::string msg = std::string("CUDA error ") + cudaGetErrorName(err) + ": " + cudaGetErrorString(err) +
-                          " in " + where(call, file, line);
+  const std::string msg = std::string("CUDA error ") + cudaGetErrorName(err) + ": " + cudaGetErrorString(err) + " in " +
+                          where(call, file, line);
   if (poisons_context(err)) {
     std::fprintf(stderr, "antdt: fatal (CUDA context lost): %s\n", msg.c_str());
     std::fflush(stderr);

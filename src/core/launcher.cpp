@@ -52,7 +52,8 @@ struct LauncherVars {
 };
 
 constexpr LauncherVars kLaunchers[] = {
-    {"ompi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"},
+    {"ompi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+     "OMPI_COMM_WORLD_LOCAL_SIZE"},
     {"pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
     {"slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"},
 };
@@ -77,8 +78,8 @@ LaunchInfo discover_launch(MPI_Comm comm, const EnvLookup& env) {
       auto size = env_int(env, l.size);
       if (!rank || !size) continue;
       if (*rank >= *size) {
-        throw UsageError(std::string("launcher variables disagree: ") + l.rank + "=" + std::to_string(*rank) + " >= " +
-                         l.size + "=" + std::to_string(*size));
+        throw UsageError(std::string("launcher variables disagree: ") + l.rank + "=" + std::to_string(*rank) +
+                         " >= " + l.size + "=" + std::to_string(*size));
       }
       info.world_rank = *rank;
       info.world_size = *size;

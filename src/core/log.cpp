@@ -47,11 +47,16 @@ Level parse_level(std::string_view text) {
 
 std::string_view level_name(Level level) noexcept {
   switch (level) {
-    case Level::error: return "error";
-    case Level::warn: return "warn";
-    case Level::info: return "info";
-    case Level::debug: return "debug";
-    case Level::trace: return "trace";
+    case Level::error:
+      return "error";
+    case Level::warn:
+      return "warn";
+    case Level::info:
+      return "info";
+    case Level::debug:
+      return "debug";
+    case Level::trace:
+      return "trace";
   }
   return "?";
 }

@@ -33,7 +33,8 @@ Plan equal_plan(std::int64_t global_batch, const std::vector<std::int64_t>& caps
   p.global_batch = global_batch;
   p.micro_batch_cap = caps;
   p.batch.resize(caps.size());
-  for (std::int64_t i = 0; i < n; ++i) p.batch[static_cast<std::size_t>(i)] = global_batch / n + (i < global_batch % n ? 1 : 0);
+  for (std::int64_t i = 0; i < n; ++i)
+    p.batch[static_cast<std::size_t>(i)] = global_batch / n + (i < global_batch % n ? 1 : 0);
   update_accumulation(p);
   p.reason = "equal split";
   return p;

@@ -69,8 +69,8 @@ void InMemoryDataset::read(std::span<const std::int64_t> indices, float* feature
 InMemoryDataset make_synthetic(const SyntheticSpec& spec) {
   if (spec.samples < 1 || spec.dim < 1 || spec.classes < 1 || !(spec.noise >= 0.0f)) {
     throw UsageError("data: synthetic spec needs samples >= 1, dim >= 1, classes >= 1 and noise >= 0 (got " +
-                     std::to_string(spec.samples) + ", " + std::to_string(spec.dim) + ", " + std::to_string(spec.classes) +
-                     ", " + std::to_string(spec.noise) + ")");
+                     std::to_string(spec.samples) + ", " + std::to_string(spec.dim) + ", " +
+                     std::to_string(spec.classes) + ", " + std::to_string(spec.noise) + ")");
   }
   const auto dim = static_cast<std::size_t>(spec.dim);
   std::vector<float> centres(static_cast<std::size_t>(spec.classes) * dim);

@@ -25,7 +25,7 @@ namespace {
 
 using detail::H5Handle;
 
-constexpr std::int64_t kMaxGapRows = 32;    // read through gaps up to this many rows
+constexpr std::int64_t kMaxGapRows = 32;     // read through gaps up to this many rows
 constexpr std::int64_t kMinMeanRunRows = 4;  // below this mean run length, gather instead
 
 std::string describe_type(hid_t type) {
@@ -107,8 +107,8 @@ Hdf5Dataset::Hdf5Dataset(const std::string& path, Hdf5Names names, ReadMode mode
                                     describe_type(feature_type.get()));
   }
   if (label_rank != 1 || !is_int32(label_type.get())) {
-    throw fail(names_.labels, "must be 1-D int32 (N) but is " + std::to_string(label_rank) + "-D " +
-                                  describe_type(label_type.get()));
+    throw fail(names_.labels,
+               "must be 1-D int32 (N) but is " + std::to_string(label_rank) + "-D " + describe_type(label_type.get()));
   }
   hsize_t feature_dims[2] = {0, 0};
   hsize_t label_dims[1] = {0};
@@ -137,7 +137,8 @@ Hdf5Dataset::Hdf5Dataset(const std::string& path, Hdf5Names names, ReadMode mode
         H5Aread(attr.get(), H5T_NATIVE_INT32, &classes) < 0) {
       throw fail(names_.labels, "attribute 'num_classes' must be one integer");
     }
-    if (classes < 1) throw fail(names_.labels, "attribute 'num_classes' is " + std::to_string(classes) + "; it must be >= 1");
+    if (classes < 1)
+      throw fail(names_.labels, "attribute 'num_classes' is " + std::to_string(classes) + "; it must be >= 1");
     num_classes_ = classes;
   } else {
     num_classes_ = 1 + *std::max_element(labels_.begin(), labels_.end());
@@ -204,8 +205,8 @@ void Hdf5Dataset::read(std::span<const std::int64_t> indices, float* features, s
     staging_.resize(static_cast<std::size_t>(count) * row);
     read_rows(first, count, staging_.data());
     for (std::size_t j = begin; j < i; ++j) {
-      std::memcpy(features + order[j].second * row, staging_.data() + static_cast<std::size_t>(order[j].first - first) * row,
-                  row * sizeof(float));
+      std::memcpy(features + order[j].second * row,
+                  staging_.data() + static_cast<std::size_t>(order[j].first - first) * row, row * sizeof(float));
     }
     begin = i;
   }
@@ -222,8 +223,8 @@ void write_hdf5(const std::string& path, const InMemoryDataset& data, Hdf5Names 
     const hsize_t label_dims[1] = {static_cast<hsize_t>(data.size())};
     H5Handle feature_space = detail::h5_dataspace(H5Screate_simple(2, feature_dims, nullptr));
     H5Handle label_space = detail::h5_dataspace(H5Screate_simple(1, label_dims, nullptr));
-    H5Handle features = detail::h5_dataset(H5Dcreate2(file.get(), names.features.c_str(), H5T_IEEE_F32LE, feature_space.get(),
-                                                      H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+    H5Handle features = detail::h5_dataset(H5Dcreate2(file.get(), names.features.c_str(), H5T_IEEE_F32LE,
+                                                      feature_space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
     H5Handle labels = detail::h5_dataset(H5Dcreate2(file.get(), names.labels.c_str(), H5T_STD_I32LE, label_space.get(),
                                                     H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
     if (!features.valid() || !labels.valid()) throw fail("cannot create the data sets");

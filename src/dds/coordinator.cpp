@@ -22,8 +22,10 @@ constexpr std::uint32_t kCoordinatorVersion = 1;
 Coordinator::Coordinator(const LedgerOptions& options, int world_size, int prefetch_steps)
     : Coordinator(Ledger(options, world_size), prefetch_steps) {}
 
-Coordinator::Coordinator(Ledger ledger, int prefetch_steps) : ledger_(std::move(ledger)), prefetch_steps_(prefetch_steps) {
-  if (prefetch_steps < 1) throw UsageError("dds: prefetch_steps must be at least 1, got " + std::to_string(prefetch_steps));
+Coordinator::Coordinator(Ledger ledger, int prefetch_steps)
+    : ledger_(std::move(ledger)), prefetch_steps_(prefetch_steps) {
+  if (prefetch_steps < 1)
+    throw UsageError("dds: prefetch_steps must be at least 1, got " + std::to_string(prefetch_steps));
 }
 
 std::vector<Grant> Coordinator::grant(const std::vector<std::int64_t>& demand) {
@@ -58,7 +60,8 @@ std::vector<Grant> Coordinator::grant(const std::vector<std::int64_t>& demand) {
   return out;
 }
 
-Coordinator::StepResult Coordinator::commit_step(const std::vector<std::int64_t>& consumed, const std::vector<int>& dropped) {
+Coordinator::StepResult Coordinator::commit_step(const std::vector<std::int64_t>& consumed,
+                                                 const std::vector<int>& dropped) {
   const int world = ledger_.world_size();
   if (static_cast<int>(consumed.size()) != world) {
     throw UsageError("dds: commit_step needs one count per rank: got " + std::to_string(consumed.size()) + " for " +
@@ -100,7 +103,8 @@ Coordinator::StepResult Coordinator::commit_step(const std::vector<std::int64_t>
 
 void Coordinator::count(const Grant& run) {
   const std::int64_t n = ledger_.map().dataset_size();
-  auto open = std::find_if(open_coverage_.begin(), open_coverage_.end(), [&](const OpenCoverage& c) { return c.epoch == run.epoch; });
+  auto open = std::find_if(open_coverage_.begin(), open_coverage_.end(),
+                           [&](const OpenCoverage& c) { return c.epoch == run.epoch; });
   if (open == open_coverage_.end()) {
     for (auto& done : coverage_) {
       if (done.epoch == run.epoch) {  // a commit after the epoch completed: all of it is extra
@@ -129,7 +133,8 @@ void Coordinator::count(const Grant& run) {
 
 void Coordinator::finish_epoch(std::int64_t epoch) {
   const std::int64_t n = ledger_.map().dataset_size();
-  auto open = std::find_if(open_coverage_.begin(), open_coverage_.end(), [&](const OpenCoverage& c) { return c.epoch == epoch; });
+  auto open = std::find_if(open_coverage_.begin(), open_coverage_.end(),
+                           [&](const OpenCoverage& c) { return c.epoch == epoch; });
   if (open == open_coverage_.end()) {  // nothing was ever counted for it
     coverage_.push_back(EpochCoverage{epoch, 0, n, 0});
     return;
@@ -168,8 +173,8 @@ Coordinator Coordinator::restore(std::span<const std::byte> bytes, int world_siz
     if (r.get<std::uint64_t>() != kCoordinatorMagic) throw CheckpointError("DDS coordinator checkpoint: bad magic");
     const auto version = r.get<std::uint32_t>();
     if (version != kCoordinatorVersion) {
-      throw CheckpointError("DDS coordinator checkpoint version " + std::to_string(version) + ", this build reads version " +
-                            std::to_string(kCoordinatorVersion));
+      throw CheckpointError("DDS coordinator checkpoint version " + std::to_string(version) +
+                            ", this build reads version " + std::to_string(kCoordinatorVersion));
     }
     ledger_bytes = r.get_vector<std::byte>();
     coverage = r.get_vector<EpochCoverage>();
@@ -192,7 +197,8 @@ Coordinator Coordinator::restore(std::span<const std::byte> bytes, int world_siz
   Coordinator coordinator(Ledger::restore(ledger_bytes, world_size), prefetch_steps);
   const auto words = static_cast<std::size_t>((coordinator.ledger_.map().dataset_size() + 63) / 64);
   for (const auto& c : open) {
-    if (c.seen.size() != words) throw CheckpointError("DDS coordinator checkpoint: coverage bitmap does not match the data set size");
+    if (c.seen.size() != words)
+      throw CheckpointError("DDS coordinator checkpoint: coverage bitmap does not match the data set size");
   }
   coordinator.coverage_ = std::move(coverage);
   coordinator.open_coverage_ = std::move(open);

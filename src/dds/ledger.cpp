@@ -242,22 +242,25 @@ void Ledger::check_identity() const {
       for (const auto& p : list) {
         if (p.epoch != e.epoch) continue;
         if (!(p.committed <= p.consumed && p.consumed <= p.end)) {
-          throw Error("dds ledger: epoch " + std::to_string(e.epoch) + ": a DOING piece has committed > consumed or consumed > end");
+          throw Error("dds ledger: epoch " + std::to_string(e.epoch) +
+                      ": a DOING piece has committed > consumed or consumed > end");
         }
         doing += p.end - p.committed;
       }
     }
     if (todo != e.todo || doing != e.doing || e.done < 0 || e.todo + e.doing + e.done != n || e.done == n) {
-      throw Error("dds ledger identity broken in epoch " + std::to_string(e.epoch) + ": todo " + std::to_string(e.todo) +
-                  " (pieces say " + std::to_string(todo) + ") + doing " + std::to_string(e.doing) + " (pieces say " +
-                  std::to_string(doing) + ") + done " + std::to_string(e.done) + " != dataset size " + std::to_string(n));
+      throw Error("dds ledger identity broken in epoch " + std::to_string(e.epoch) + ": todo " +
+                  std::to_string(e.todo) + " (pieces say " + std::to_string(todo) + ") + doing " +
+                  std::to_string(e.doing) + " (pieces say " + std::to_string(doing) + ") + done " +
+                  std::to_string(e.done) + " != dataset size " + std::to_string(n));
     }
   }
   for (const auto& list : doing_) {
     for (const auto& p : list) {
       bool open = false;
       for (const auto& e : open_) open = open || e.epoch == p.epoch;
-      if (!open) throw Error("dds ledger: a DOING piece refers to epoch " + std::to_string(p.epoch) + ", which is not open");
+      if (!open)
+        throw Error("dds ledger: a DOING piece refers to epoch " + std::to_string(p.epoch) + ", which is not open");
     }
   }
 }
@@ -335,7 +338,8 @@ Ledger Ledger::restore(std::span<const std::byte> bytes, int world_size) {
     auto check_range = [&](std::int64_t epoch, std::int64_t shard, std::int64_t begin, std::int64_t end) {
       if (shard < 0 || shard >= map.num_shards() || begin < 0 || begin > end || end > map.shard_length(shard) ||
           ledger.find_epoch(epoch) == nullptr) {
-        throw CheckpointError("a piece is out of range (epoch " + std::to_string(epoch) + ", shard " + std::to_string(shard) + ")");
+        throw CheckpointError("a piece is out of range (epoch " + std::to_string(epoch) + ", shard " +
+                              std::to_string(shard) + ")");
       }
     };
     for (std::uint64_t i = 0; i < open_count; ++i) {

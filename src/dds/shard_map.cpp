@@ -80,7 +80,8 @@ std::uint64_t shard_order_key(std::uint64_t seed, std::int64_t epoch) noexcept {
   return mix(seed ^ mix(static_cast<std::uint64_t>(epoch) ^ 0x5348415244ULL));
 }
 std::uint64_t within_key(std::uint64_t seed, std::int64_t epoch, std::int64_t shard) noexcept {
-  return mix(seed ^ mix(static_cast<std::uint64_t>(epoch) * 0xD1B54A32D192ED03ULL ^ mix(static_cast<std::uint64_t>(shard))));
+  return mix(seed ^
+             mix(static_cast<std::uint64_t>(epoch) * 0xD1B54A32D192ED03ULL ^ mix(static_cast<std::uint64_t>(shard))));
 }
 
 }  // namespace
@@ -103,7 +104,8 @@ ShardMap::ShardMap(const LedgerOptions& options)
     throw UsageError("dds: dataset_size must be at least 1, got " + std::to_string(dataset_size_) +
                      "; an empty data set cannot be sharded");
   }
-  if (shard_size_ < 0) throw UsageError("dds: shard_size must be >= 0 (0 = automatic), got " + std::to_string(shard_size_));
+  if (shard_size_ < 0)
+    throw UsageError("dds: shard_size must be >= 0 (0 = automatic), got " + std::to_string(shard_size_));
   if (options.max_epochs < 0) {
     throw UsageError("dds: max_epochs must be >= 0 (0 = unlimited), got " + std::to_string(options.max_epochs));
   }
@@ -121,7 +123,8 @@ std::int64_t ShardMap::shard_length(std::int64_t shard) const {
 
 std::int64_t ShardMap::shard_at(std::int64_t epoch, std::int64_t order) const {
   if (order < 0 || order >= num_shards_) {
-    throw UsageError("dds: shard order " + std::to_string(order) + " out of range [0, " + std::to_string(num_shards_) + ")");
+    throw UsageError("dds: shard order " + std::to_string(order) + " out of range [0, " + std::to_string(num_shards_) +
+                     ")");
   }
   if (!shuffle_shards_) return order;
   return Feistel(num_shards_, shard_order_key(seed_, epoch)).forward(order);
@@ -146,8 +149,8 @@ std::int64_t ShardMap::sample_index(std::int64_t epoch, std::int64_t shard, std:
 void ShardMap::append_indices(const Grant& run, std::vector<std::int64_t>& out) const {
   const std::int64_t length = shard_length(run.shard);
   if (run.begin < 0 || run.end > length || run.begin > run.end) {
-    throw UsageError("dds: run [" + std::to_string(run.begin) + ", " + std::to_string(run.end) + ") out of range for shard " +
-                     std::to_string(run.shard));
+    throw UsageError("dds: run [" + std::to_string(run.begin) + ", " + std::to_string(run.end) +
+                     ") out of range for shard " + std::to_string(run.shard));
   }
   const std::int64_t base = run.shard * shard_size_;
   out.reserve(out.size() + static_cast<std::size_t>(run.end - run.begin));

@@ -18,8 +18,8 @@ void encode_grants(const std::vector<Grant>& grants, antdt::detail::ByteWriter& 
 std::vector<Grant> decode_grants(antdt::detail::ByteReader& in) {
   const auto count = in.get<std::uint64_t>();
   if (count > in.remaining() / kGrantWireBytes) {
-    throw Error("dds: grant list claims " + std::to_string(count) + " grants but only " + std::to_string(in.remaining()) +
-                " bytes follow");
+    throw Error("dds: grant list claims " + std::to_string(count) + " grants but only " +
+                std::to_string(in.remaining()) + " bytes follow");
   }
   std::vector<Grant> grants(static_cast<std::size_t>(count));
   for (auto& g : grants) {

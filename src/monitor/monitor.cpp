@@ -115,7 +115,8 @@ void Monitor::summarise() {
 
 const RankWindowSummary& Monitor::summary(int rank) const {
   if (rank < 0 || rank >= world_size_) {
-    throw UsageError("Monitor: rank " + std::to_string(rank) + " out of range [0, " + std::to_string(world_size_) + ")");
+    throw UsageError("Monitor: rank " + std::to_string(rank) + " out of range [0, " + std::to_string(world_size_) +
+                     ")");
   }
   return summaries_[static_cast<std::size_t>(rank)];
 }

@@ -26,10 +26,18 @@ std::string json_string(const std::string& s) {
   std::string out = "\"";
   for (char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           char buf[8];
@@ -190,7 +198,8 @@ std::string summary_text(const RunSummary& s) {
   o << std::setprecision(1) << "throughput " << s.throughput << " samples/s; ideal (sum x_i) " << s.ideal_throughput
     << std::setprecision(3) << "; efficiency " << s.efficiency << "; idle fraction " << s.idle_fraction << "\n";
   o << "per-rank standalone throughput x_i (samples/s):";
-  for (std::size_t r = 0; r < s.rank_throughput.size(); ++r) o << " r" << r << "=" << std::setprecision(1) << s.rank_throughput[r];
+  for (std::size_t r = 0; r < s.rank_throughput.size(); ++r)
+    o << " r" << r << "=" << std::setprecision(1) << s.rank_throughput[r];
   o << "\n";
   o << std::setprecision(4) << "step time: predicted " << s.predicted_step_seconds * 1e3 << " ms, measured median "
     << s.measured_step_seconds * 1e3 << " ms\n";
@@ -252,7 +261,8 @@ void write_timeline(const std::string& path, const std::vector<StepRecord>& reco
   // idle (waiting for the slowest rank), then the reduction.
   out << "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n";
   bool first = true;
-  auto event = [&](const std::string& name, const char* cat, std::size_t rank, double ts, double dur, const std::string& args) {
+  auto event = [&](const std::string& name, const char* cat, std::size_t rank, double ts, double dur,
+                   const std::string& args) {
     if (dur <= 0) return;
     out << (first ? "" : ",\n") << "{\"name\": " << json_string(name) << ", \"cat\": \"" << cat
         << "\", \"ph\": \"X\", \"pid\": 0, \"tid\": " << rank << ", \"ts\": " << json_number(ts * 1e6)
@@ -287,9 +297,11 @@ void write_timeline(const std::string& path, const std::vector<StepRecord>& reco
     }
     std::string batch;
     for (auto b : p.batch) batch += (batch.empty() ? "" : ",") + std::to_string(b);
-    out << (first ? "" : ",\n") << "{\"name\": \"plan v" << p.version << "\", \"cat\": \"plan\", \"ph\": \"i\", \"s\": \"g\", "
-        << "\"pid\": 0, \"tid\": 0, \"ts\": " << json_number(ts * 1e6) << ", \"args\": {\"effective_step\": "
-        << p.effective_step << ", \"batch\": \"" << batch << "\", \"reason\": " << json_string(p.reason) << "}}";
+    out << (first ? "" : ",\n") << "{\"name\": \"plan v" << p.version
+        << "\", \"cat\": \"plan\", \"ph\": \"i\", \"s\": \"g\", "
+        << "\"pid\": 0, \"tid\": 0, \"ts\": " << json_number(ts * 1e6)
+        << ", \"args\": {\"effective_step\": " << p.effective_step << ", \"batch\": \"" << batch
+        << "\", \"reason\": " << json_string(p.reason) << "}}";
     first = false;
   }
   out << "\n]}\n";

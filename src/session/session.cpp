@@ -27,15 +27,17 @@
 #include "antdt/reduce.hpp"
 #include "core/bytes.hpp"
 #include "core/control_channel.hpp"
-#include "dds/wire.hpp"
 #include "core/plan_codec.hpp"
+#include "dds/wire.hpp"
 
 namespace antdt {
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double seconds_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
 
 // What every rank sends at the end of a step. Fixed size: the gather needs equal sizes.
 struct Report {
@@ -89,10 +91,10 @@ struct Session::Impl {
   std::unique_ptr<Controller> controller;         // rank 0 only
   ControllerOptions controller_opt;
   SpeedEmulator emulator;
-  std::vector<std::int64_t> caps;                 // m_i of every rank
+  std::vector<std::int64_t> caps;  // m_i of every rank
 
-  Plan plan;                                      // in force
-  std::optional<Plan> pending;                    // issued, not yet effective
+  Plan plan;                    // in force
+  std::optional<Plan> pending;  // issued, not yet effective
   std::vector<Plan> history;
 
   std::int64_t step = 0;
@@ -100,7 +102,7 @@ struct Session::Impl {
   bool finished = false;
   std::int64_t completed_epochs = 0;
   std::int64_t committed_total = 0;
-  double dds_seconds = 0;                         // rank 0: time in the coordinator
+  double dds_seconds = 0;  // rank 0: time in the coordinator
 
   // This step's agent state.
   bool in_step = false;
@@ -111,7 +113,7 @@ struct Session::Impl {
   std::int64_t samples_now = 0;
   std::int32_t micro_steps_now = 0;
 
-  std::vector<StepRecord> records;                // rank 0
+  std::vector<StepRecord> records;  // rank 0
   Clock::time_point t_session = Clock::now();
   Clock::time_point t_last_end = Clock::now();
 
@@ -138,7 +140,7 @@ struct Session::Impl {
 
   [[nodiscard]] int rank() const { return comm.rank(); }
 
-  std::vector<double> priors;                     // device priors of every rank (0 = unknown)
+  std::vector<double> priors;  // device priors of every rank (0 = unknown)
 
   void gather_caps() {
     std::int64_t mine = opt.micro_batch_cap > 0 ? opt.micro_batch_cap : opt.global_batch;
@@ -181,7 +183,8 @@ struct Session::Impl {
   std::vector<std::int64_t> upcoming_demand() const {
     std::vector<std::int64_t> demand = plan.batch;
     const Plan& latest = controller->plan();
-    for (std::size_t i = 0; i < demand.size() && i < latest.batch.size(); ++i) demand[i] = std::max(demand[i], latest.batch[i]);
+    for (std::size_t i = 0; i < demand.size() && i < latest.batch.size(); ++i)
+      demand[i] = std::max(demand[i], latest.batch[i]);
     return demand;
   }
 
@@ -382,7 +385,8 @@ std::int64_t Session::reduce(std::span<float> gradient_sums, std::int64_t local_
   std::vector<float> fused(gradient_sums.size() + 1);
   std::copy(gradient_sums.begin(), gradient_sums.end(), fused.begin());
   fused.back() = static_cast<float>(local_samples);
-  ANTDT_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, fused.data(), static_cast<int>(fused.size()), MPI_FLOAT, MPI_SUM, s.comm.get()));
+  ANTDT_CHECK_MPI(
+      MPI_Allreduce(MPI_IN_PLACE, fused.data(), static_cast<int>(fused.size()), MPI_FLOAT, MPI_SUM, s.comm.get()));
   const auto total = static_cast<std::int64_t>(std::llround(fused.back()));
   const float scale = total > 0 ? 1.0f / static_cast<float>(total) : 0.0f;
   for (std::size_t i = 0; i < gradient_sums.size(); ++i) gradient_sums[i] = fused[i] * scale;
@@ -406,54 +410,56 @@ StepSummary Session::end_step(double loss_sum, std::int64_t correct) {
   rep.micro_steps = s.micro_steps_now;
   const auto* rb = reinterpret_cast<const std::byte*>(&rep);
 
-  auto reply = s.channel.exchange(std::span<const std::byte>(rb, sizeof rep), [&](const std::vector<std::span<const std::byte>>& reports) {
-    const auto n = reports.size();
-    std::vector<RankStepStats> stats(n);
-    std::vector<std::int64_t> consumed(n);
-    double loss = 0, max_compute = 0;
-    std::int64_t samples = 0, corr = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      Report r{};
-      std::memcpy(&r, reports[i].data(), sizeof r);
-      if (r.step != s.step || r.plan_version != s.plan.version) {
-        throw Error("Session: rank " + std::to_string(i) + " is at step " + std::to_string(r.step) + " plan v" +
-                    std::to_string(r.plan_version) + " but rank 0 is at step " + std::to_string(s.step) + " plan v" +
-                    std::to_string(s.plan.version) + " (ranks must call the step API in lockstep)");
-      }
-      stats[i] = RankStepStats{r.compute_seconds, r.data_wait_seconds, r.reduce_seconds, 0.0, r.consumed, r.micro_steps};
-      consumed[i] = r.consumed;
-      loss += r.loss_sum;
-      samples += r.consumed;
-      corr += r.correct;
-      max_compute = std::max(max_compute, r.compute_seconds);
-    }
-    for (auto& st : stats) st.idle_seconds = max_compute - st.compute_seconds;
-    // Every rank has returned from the reduction before it sent its report, so the samples
-    // of this step may be committed now (invariant 1).
-    const auto t_dds = Clock::now();
-    const auto result = s.coordinator->commit_step(consumed);
-    s.dds_seconds += seconds_between(t_dds, Clock::now());
-    s.committed_total += result.committed;
-    s.records.push_back(s.make_record(stats, loss));
-    std::optional<Plan> next = s.controller->on_step(s.step, stats);
-    if (next) {
-      s.history.push_back(*next);
-      ANTDT_LOG(info) << "step " << s.step << ": plan v" << next->version << " from step " << next->effective_step
-                      << ": " << next->reason << " (cost model: " << s.controller->predicted_step_seconds() * 1e3
-                      << " ms/step predicted; measured median " << s.controller->monitor().step_seconds() * 1e3
-                      << " ms under the old plan)";
-    }
-    const bool done = s.reached_end_after(s.step + 1);
-    std::vector<dds::Grant> grants;
-    if (!done) {
-      std::vector<std::int64_t> demand = next ? next->batch : s.upcoming_demand();
-      for (std::size_t i = 0; i < demand.size(); ++i) demand[i] = std::max(demand[i], s.plan.batch[i]);
-      const auto t_grant = Clock::now();
-      grants = s.coordinator->grant(demand);
-      s.dds_seconds += seconds_between(t_grant, Clock::now());
-    }
-    return s.make_reply(next ? &*next : nullptr, grants, done, loss, samples, corr, max_compute);
-  });
+  auto reply = s.channel.exchange(
+      std::span<const std::byte>(rb, sizeof rep), [&](const std::vector<std::span<const std::byte>>& reports) {
+        const auto n = reports.size();
+        std::vector<RankStepStats> stats(n);
+        std::vector<std::int64_t> consumed(n);
+        double loss = 0, max_compute = 0;
+        std::int64_t samples = 0, corr = 0;
+        for (std::size_t i = 0; i < n; ++i) {
+          Report r{};
+          std::memcpy(&r, reports[i].data(), sizeof r);
+          if (r.step != s.step || r.plan_version != s.plan.version) {
+            throw Error("Session: rank " + std::to_string(i) + " is at step " + std::to_string(r.step) + " plan v" +
+                        std::to_string(r.plan_version) + " but rank 0 is at step " + std::to_string(s.step) +
+                        " plan v" + std::to_string(s.plan.version) + " (ranks must call the step API in lockstep)");
+          }
+          stats[i] =
+              RankStepStats{r.compute_seconds, r.data_wait_seconds, r.reduce_seconds, 0.0, r.consumed, r.micro_steps};
+          consumed[i] = r.consumed;
+          loss += r.loss_sum;
+          samples += r.consumed;
+          corr += r.correct;
+          max_compute = std::max(max_compute, r.compute_seconds);
+        }
+        for (auto& st : stats) st.idle_seconds = max_compute - st.compute_seconds;
+        // Every rank has returned from the reduction before it sent its report, so the samples
+        // of this step may be committed now (invariant 1).
+        const auto t_dds = Clock::now();
+        const auto result = s.coordinator->commit_step(consumed);
+        s.dds_seconds += seconds_between(t_dds, Clock::now());
+        s.committed_total += result.committed;
+        s.records.push_back(s.make_record(stats, loss));
+        std::optional<Plan> next = s.controller->on_step(s.step, stats);
+        if (next) {
+          s.history.push_back(*next);
+          ANTDT_LOG(info) << "step " << s.step << ": plan v" << next->version << " from step " << next->effective_step
+                          << ": " << next->reason << " (cost model: " << s.controller->predicted_step_seconds() * 1e3
+                          << " ms/step predicted; measured median " << s.controller->monitor().step_seconds() * 1e3
+                          << " ms under the old plan)";
+        }
+        const bool done = s.reached_end_after(s.step + 1);
+        std::vector<dds::Grant> grants;
+        if (!done) {
+          std::vector<std::int64_t> demand = next ? next->batch : s.upcoming_demand();
+          for (std::size_t i = 0; i < demand.size(); ++i) demand[i] = std::max(demand[i], s.plan.batch[i]);
+          const auto t_grant = Clock::now();
+          grants = s.coordinator->grant(demand);
+          s.dds_seconds += seconds_between(t_grant, Clock::now());
+        }
+        return s.make_reply(next ? &*next : nullptr, grants, done, loss, samples, corr, max_compute);
+      });
   StepSummary summary = s.apply_reply(reply);
   const auto now = Clock::now();
   summary.step = s.step;
@@ -519,7 +525,8 @@ void Session::restore(const CheckpointReader* reader) {
       s.controller_opt.caps = s.caps;
       s.controller_opt.world_size = s.comm.size();
       s.controller_opt.cost.gradient_bytes = s.opt.gradient_bytes;
-      s.controller = std::make_unique<Controller>(Controller::restore(reader->bytes("antdt/controller"), s.controller_opt));
+      s.controller =
+          std::make_unique<Controller>(Controller::restore(reader->bytes("antdt/controller"), s.controller_opt));
       const auto plan_bytes = reader->bytes("antdt/plan");
       detail::ByteReader pr(plan_bytes);
       Plan saved = decode_plan(pr);
@@ -546,8 +553,8 @@ void Session::restore(const CheckpointReader* reader) {
       header[6] = saved_order.shuffle_within_shard ? 1 : 0;
       header[7] = s.reached_end_after(header[0]) ? 1 : 0;
       if (saved_order.shard_size != s.ledger_opt.shard_size) {
-        ANTDT_LOG(info) << "restore: keeping the checkpoint's shard size " << saved_order.shard_size << " (this run asked for "
-                        << s.ledger_opt.shard_size << ")";
+        ANTDT_LOG(info) << "restore: keeping the checkpoint's shard size " << saved_order.shard_size
+                        << " (this run asked for " << s.ledger_opt.shard_size << ")";
       }
     } catch (const Error& e) {
       error = e.what();

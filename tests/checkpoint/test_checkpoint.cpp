@@ -81,7 +81,8 @@ class Checkpoint : public testing::Test {
 void expect_message(const std::string& message, const std::string& file, std::initializer_list<const char*> fragments) {
   EXPECT_EQ(message.find('\n'), std::string::npos) << message;
   EXPECT_NE(message.find(file), std::string::npos) << "message does not name the file: " << message;
-  for (const char* f : fragments) EXPECT_NE(message.find(f), std::string::npos) << "missing '" << f << "' in: " << message;
+  for (const char* f : fragments)
+    EXPECT_NE(message.find(f), std::string::npos) << "missing '" << f << "' in: " << message;
 }
 
 void flip_byte(const fs::path& path, std::uint64_t offset) {
@@ -183,10 +184,10 @@ TEST_F(Checkpoint, RoundTripsEveryType) {
   EXPECT_FALSE(r.has("nope/params"));
   EXPECT_FALSE(r.has("top/below"));
   EXPECT_FALSE(r.has("bad//name"));
-  const std::vector<std::string> expected_names = {
-      "a/b/c/d/deep", "dds/ledger", "empty/bytes", "empty/floats", "empty/int64s", "empty/uint64s",
-      "meta/empty",   "meta/nuls",  "meta/policy", "meta/utf8",    "model/params", "model/shape",
-      "rng/rank0",    "top",        "train/epoch", "train/lr"};
+  const std::vector<std::string> expected_names = {"a/b/c/d/deep", "dds/ledger",    "empty/bytes",  "empty/floats",
+                                                   "empty/int64s", "empty/uint64s", "meta/empty",   "meta/nuls",
+                                                   "meta/policy",  "meta/utf8",     "model/params", "model/shape",
+                                                   "rng/rank0",    "top",           "train/epoch",  "train/lr"};
   EXPECT_EQ(r.names(), expected_names);
   EXPECT_NO_THROW(r.verify());
 
@@ -343,7 +344,8 @@ TEST_F(Checkpoint, CorruptMetadataIsReported) {
   // The superblock (v2, offset 0) ends in a checksum at bytes 44..47.
   const std::string path = commit_step(1);
   flip_byte(path, 45);
-  expect_message(error_of([&] { CheckpointReader r(path); }), path, {"cannot be opened by HDF5", "incorrect metadata checksum"});
+  expect_message(error_of([&] { CheckpointReader r(path); }), path,
+                 {"cannot be opened by HDF5", "incorrect metadata checksum"});
 }
 
 TEST_F(Checkpoint, NonHdf5AndMissingFilesAreReported) {
@@ -507,8 +509,9 @@ TEST_F(Checkpoint, MeasuresTenMegabyteWriteAndRead) {
   const auto t5 = Clock::now();
   auto ms = [](auto d) { return std::chrono::duration<double, std::milli>(d).count(); };
   const double mb = static_cast<double>(count * sizeof(float)) / 1e6;
-  std::printf("[ckpt-bench] %.1f MB checkpoint: write+commit (incl. fsync) %.1f ms (%.0f MB/s), "
-              "open+read %.1f ms (%.0f MB/s), verify %.1f ms, fnv1a64 alone %.1f ms (%.0f MB/s) [hash %016llx]\n",
-              mb, ms(t1 - t0), mb / (ms(t1 - t0) / 1e3), ms(t2 - t1), mb / (ms(t2 - t1) / 1e3), ms(t3 - t2),
-              ms(t5 - t4), mb / (ms(t5 - t4) / 1e3), static_cast<unsigned long long>(hash));
+  std::printf(
+      "[ckpt-bench] %.1f MB checkpoint: write+commit (incl. fsync) %.1f ms (%.0f MB/s), "
+      "open+read %.1f ms (%.0f MB/s), verify %.1f ms, fnv1a64 alone %.1f ms (%.0f MB/s) [hash %016llx]\n",
+      mb, ms(t1 - t0), mb / (ms(t1 - t0) / 1e3), ms(t2 - t1), mb / (ms(t2 - t1) / 1e3), ms(t3 - t2), ms(t5 - t4),
+      mb / (ms(t5 - t4) / 1e3), static_cast<unsigned long long>(hash));
 }

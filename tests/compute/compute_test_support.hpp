@@ -121,7 +121,8 @@ inline double max_elementwise_error(const std::vector<float>& a, const std::vect
   scale = std::max(scale * 1e-3, 1e-12);
   double worst = 0.0;
   for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    worst = std::max(worst, std::fabs(static_cast<double>(a[i]) - b[i]) / std::max(std::fabs(static_cast<double>(b[i])), scale));
+    worst = std::max(
+        worst, std::fabs(static_cast<double>(a[i]) - b[i]) / std::max(std::fabs(static_cast<double>(b[i])), scale));
   }
   return worst;
 }

@@ -288,9 +288,9 @@ TEST(MicroBatchCap, FollowsMemoryBudgetAndClamps) {
   host.free_memory = 1;  // nothing fits: still 1
   EXPECT_EQ(micro_batch_cap(*model, host, 0.8), 1);
   host.free_memory = 0;  // host default budget: 1 GiB
-  const auto expected = static_cast<std::int64_t>((0.8 * static_cast<double>(kDefaultHostMemoryBudget) -
-                                                   static_cast<double>(model->fixed_bytes())) /
-                                                  static_cast<double>(model->bytes_per_sample()));
+  const auto expected = static_cast<std::int64_t>(
+      (0.8 * static_cast<double>(kDefaultHostMemoryBudget) - static_cast<double>(model->fixed_bytes())) /
+      static_cast<double>(model->bytes_per_sample()));
   EXPECT_EQ(micro_batch_cap(*model, host, 0.8, std::int64_t{1} << 40), expected);
   EXPECT_EQ(micro_batch_cap(*model, host), std::min<std::int64_t>(expected, 1 << 20));
   EXPECT_THROW((void)micro_batch_cap(*model, host, 0.0), UsageError);

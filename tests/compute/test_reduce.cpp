@@ -58,7 +58,8 @@ class ReduceTest : public BackendTest {
     const std::string why = backend_unavailable(GetParam());
     if (!why.empty()) GTEST_SKIP() << "skipping the " << backend_name(GetParam()) << " backend: " << why;
     comm_ = Communicator::duplicate(MPI_COMM_WORLD);
-    device_ = select_device(comm_.rank(), GetParam() == Backend::cuda ? DevicePreference::cuda : DevicePreference::host);
+    device_ =
+        select_device(comm_.rank(), GetParam() == Backend::cuda ? DevicePreference::cuda : DevicePreference::host);
   }
   Communicator comm_;
 };
@@ -85,8 +86,8 @@ TEST_P(ReduceTest, AnySplitMatchesOneRankOnTheSameSamples) {
     }
     for (const auto& [split_name, split] : splits(kBatch, comm_.size())) {
       for (const std::int64_t cap : {kBatch, std::int64_t{4}}) {
-        SCOPED_TRACE("optimizer " + std::string(kind == OptimizerKind::sgd ? "sgd" : "adam") + ", split " +
-                     split_name + ", micro-batch cap " + std::to_string(cap));
+        SCOPED_TRACE("optimizer " + std::string(kind == OptimizerKind::sgd ? "sgd" : "adam") + ", split " + split_name +
+                     ", micro-batch cap " + std::to_string(cap));
         ASSERT_EQ(std::accumulate(split.begin(), split.end(), std::int64_t{0}), kBatch);
         auto model = make(cfg);
         const auto rank = static_cast<std::size_t>(comm_.rank());
@@ -137,7 +138,8 @@ TEST(MpiReducer, SumsHostBuffersInPlace) {
   EXPECT_EQ(reducer->name(), "mpi");
   const std::int64_t count = (1 << 16) + 3;
   std::vector<float> buffer(static_cast<std::size_t>(count));
-  for (std::int64_t i = 0; i < count; ++i) buffer[static_cast<std::size_t>(i)] = static_cast<float>((i % 17) * (comm.rank() + 1));
+  for (std::int64_t i = 0; i < count; ++i)
+    buffer[static_cast<std::size_t>(i)] = static_cast<float>((i % 17) * (comm.rank() + 1));
   reducer->allreduce_sum(buffer.data(), count);
   const int n = comm.size();
   for (std::int64_t i = 0; i < count; ++i) {

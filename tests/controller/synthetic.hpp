@@ -18,7 +18,8 @@ inline std::vector<RankStepStats> step_stats(const Plan& plan, const SpeedAt& x,
   for (std::size_t i = 0; i < stats.size(); ++i) {
     stats[i].samples = plan.batch[i];
     stats[i].micro_steps = plan.accumulation[i];
-    stats[i].compute_seconds = plan.batch[i] > 0 ? static_cast<double>(plan.batch[i]) / x(static_cast<int>(i), step) : 0.0;
+    stats[i].compute_seconds =
+        plan.batch[i] > 0 ? static_cast<double>(plan.batch[i]) / x(static_cast<int>(i), step) : 0.0;
     slowest = std::max(slowest, stats[i].compute_seconds);
   }
   for (auto& s : stats) {

@@ -28,8 +28,10 @@ ControllerOptions dd_options(std::int64_t batch) {
 }
 
 // Runs `steps` steps of a synthetic history and returns the controller.
-Controller run(ControllerOptions options, int world, const SpeedAt& x, std::int64_t steps, std::int64_t first_step = 0) {
-  Controller c(options, antdt::equal_plan(options.global_batch, std::vector<std::int64_t>(static_cast<std::size_t>(world), 64)));
+Controller run(ControllerOptions options, int world, const SpeedAt& x, std::int64_t steps,
+               std::int64_t first_step = 0) {
+  Controller c(options,
+               antdt::equal_plan(options.global_batch, std::vector<std::int64_t>(static_cast<std::size_t>(world), 64)));
   for (std::int64_t s = first_step; s < first_step + steps; ++s) (void)c.on_step(s, step_stats(c.plan_at(s), x, s));
   return c;
 }
@@ -123,27 +125,27 @@ TEST(Controller, DoesNotFlapUnderTransientNoise) {
     std::int64_t steps;
   };
   for (const Noise noise : {Noise{0.1, 1}, Noise{0.021, 5}})
-  for (const bool unequal : {false, true}) {
-    for (std::uint64_t seed = 1; seed <= 5; ++seed) {
-      antdt::EmulationOptions e;
-      e.transient_probability = noise.p;
-      e.transient_factor = 3.0;
-      e.transient_steps = noise.steps;
-      e.seed = seed;
-      std::vector<antdt::SpeedEmulator> ranks;
-      for (int r = 0; r < 4; ++r) ranks.emplace_back(e, r, 4);
-      const SpeedAt x = [&](int rank, std::int64_t s) {
-        const double base = (unequal && rank == 3) ? 50.0 : 100.0;
-        const double jitter = 1.0 + 0.02 * std::sin(static_cast<double>(s * 7 + rank));
-        return base / (ranks[static_cast<std::size_t>(rank)].slowdown(s) * jitter);
-      };
-      const Controller c = run(dd_options(1000), 4, x, 1000);
-      const auto changes = static_cast<std::int64_t>(c.history().size()) - 1 - (unequal ? 1 : 0);
-      EXPECT_LE(changes, 10) << "seed " << seed << (unequal ? " unequal" : " equal") << ", transients of " << noise.steps
-                             << " steps: at most 1 change per 100 steps";
-      for (const auto& plan : c.history()) expect_valid(plan, 1000);
+    for (const bool unequal : {false, true}) {
+      for (std::uint64_t seed = 1; seed <= 5; ++seed) {
+        antdt::EmulationOptions e;
+        e.transient_probability = noise.p;
+        e.transient_factor = 3.0;
+        e.transient_steps = noise.steps;
+        e.seed = seed;
+        std::vector<antdt::SpeedEmulator> ranks;
+        for (int r = 0; r < 4; ++r) ranks.emplace_back(e, r, 4);
+        const SpeedAt x = [&](int rank, std::int64_t s) {
+          const double base = (unequal && rank == 3) ? 50.0 : 100.0;
+          const double jitter = 1.0 + 0.02 * std::sin(static_cast<double>(s * 7 + rank));
+          return base / (ranks[static_cast<std::size_t>(rank)].slowdown(s) * jitter);
+        };
+        const Controller c = run(dd_options(1000), 4, x, 1000);
+        const auto changes = static_cast<std::int64_t>(c.history().size()) - 1 - (unequal ? 1 : 0);
+        EXPECT_LE(changes, 10) << "seed " << seed << (unequal ? " unequal" : " equal") << ", transients of "
+                               << noise.steps << " steps: at most 1 change per 100 steps";
+        for (const auto& plan : c.history()) expect_valid(plan, 1000);
+      }
     }
-  }
 }
 
 TEST(Controller, MinIntervalSpacesChanges) {
@@ -203,7 +205,8 @@ TEST(Controller, ClassifiesRanksWithReasons) {
 
   ControllerOptions eq = dd_options(400);
   eq.policy = "static";
-  const Controller flat = run(eq, 4, [](int, std::int64_t) { return 100.0; }, 10);
+  const Controller flat = run(
+      eq, 4, [](int, std::int64_t) { return 100.0; }, 10);
   for (const auto& r : flat.assessments()) EXPECT_EQ(r.kind, RankClass::normal) << r.reason;
 }
 
@@ -248,7 +251,7 @@ TEST(Controller, PluginsRegisterAndRunInTheLoop) {
   const Controller c = run(o, 4, kOneSlow, 20);
   ASSERT_EQ(c.history().size(), 2u);  // the same plan again is not a change
   EXPECT_EQ(c.history()[1].batch, (std::vector<std::int64_t>{97, 1, 1, 1}));
-  EXPECT_EQ(c.history()[1].effective_step, 7);  // decided after step 5, plus lag 1
+  EXPECT_EQ(c.history()[1].effective_step, 7);   // decided after step 5, plus lag 1
   EXPECT_EQ(c.history()[1].accumulation[0], 2);  // 97 samples at cap 64
   EXPECT_EQ(c.history()[1].reason, "user policy");
   EXPECT_EQ(c.policy_name(), "rank0-heavy");
@@ -345,7 +348,8 @@ TEST(Controller, RestoreOntoAnotherWorldSize) {
   expect_valid(c.plan(), 1000);
 
   // A probed plan can be installed from outside the policy.
-  const Plan probed = antdt::plan_split(1000, std::vector<double>{1, 1, 1, 1, 1, 0.5}, std::vector<std::int64_t>{64}, 61);
+  const Plan probed =
+      antdt::plan_split(1000, std::vector<double>{1, 1, 1, 1, 1, 0.5}, std::vector<std::int64_t>{64}, 61);
   const Plan& installed = c.install_plan(probed, 60);
   EXPECT_EQ(installed.version, 4);
   EXPECT_EQ(c.last_change_step(), 60);

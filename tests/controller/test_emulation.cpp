@@ -68,7 +68,7 @@ TEST(Emulation, VirtualDeviceModelsComputeTime) {
   o.virtual_seconds_per_sample = 0.01;
   const SpeedEmulator slow(o, 1, 2);
   EXPECT_DOUBLE_EQ(slow.target_compute_seconds(0.001, 10, 0), 0.2);  // 10 * 0.01 / 0.5
-  EXPECT_DOUBLE_EQ(slow.target_compute_seconds(0.5, 10, 0), 0.5);   // never faster than real
+  EXPECT_DOUBLE_EQ(slow.target_compute_seconds(0.5, 10, 0), 0.5);    // never faster than real
   EXPECT_DOUBLE_EQ(slow.virtual_throughput(), 50.0);
   EXPECT_NE(o.describe().find("virtual device"), std::string::npos);
 }

@@ -20,7 +20,8 @@ std::int64_t sum(const std::vector<std::int64_t>& v) { return std::accumulate(v.
 
 double predicted_max(const std::vector<std::int64_t>& b, const std::vector<double>& x, const std::vector<double>& a) {
   double m = 0.0;
-  for (std::size_t i = 0; i < b.size(); ++i) m = std::max(m, CostModel::rank_compute_seconds(b[i], x[i], a.empty() ? 0.0 : a[i]));
+  for (std::size_t i = 0; i < b.size(); ++i)
+    m = std::max(m, CostModel::rank_compute_seconds(b[i], x[i], a.empty() ? 0.0 : a[i]));
   return m;
 }
 
@@ -127,16 +128,19 @@ TEST(Planner, RejectsBadInput) {
   EXPECT_THROW((void)antdt::plan_split(10, std::vector<double>{1.0, NAN}, cap, 0), antdt::UsageError);
   EXPECT_THROW((void)antdt::plan_split(10, std::vector<double>{1.0, 1.0}, std::vector<std::int64_t>{8, 8, 8}, 0),
                antdt::UsageError);
-  EXPECT_THROW((void)antdt::plan_split(10, std::vector<double>{1.0, 1.0}, std::vector<std::int64_t>{0}, 0), antdt::UsageError);
+  EXPECT_THROW((void)antdt::plan_split(10, std::vector<double>{1.0, 1.0}, std::vector<std::int64_t>{0}, 0),
+               antdt::UsageError);
 }
 
 TEST(Planner, GpuGenerationPriors) {
   EXPECT_DOUBLE_EQ(antdt::gpu_relative_throughput(80), 1.0);
   EXPECT_GT(antdt::gpu_relative_throughput(90), antdt::gpu_relative_throughput(80));
   EXPECT_GT(antdt::gpu_relative_throughput(80), antdt::gpu_relative_throughput(75));
-  EXPECT_GT(antdt::gpu_relative_throughput(90, "NVIDIA H200"), antdt::gpu_relative_throughput(90, "NVIDIA H100 80GB HBM3"));
+  EXPECT_GT(antdt::gpu_relative_throughput(90, "NVIDIA H200"),
+            antdt::gpu_relative_throughput(90, "NVIDIA H100 80GB HBM3"));
   // Token matching: A10 is not A100, L4 is not L40.
-  EXPECT_LT(antdt::gpu_relative_throughput(86, "NVIDIA A10"), antdt::gpu_relative_throughput(80, "NVIDIA A100-SXM4-80GB"));
+  EXPECT_LT(antdt::gpu_relative_throughput(86, "NVIDIA A10"),
+            antdt::gpu_relative_throughput(80, "NVIDIA A100-SXM4-80GB"));
   EXPECT_LT(antdt::gpu_relative_throughput(89, "NVIDIA L4"), antdt::gpu_relative_throughput(89, "NVIDIA L40"));
   EXPECT_DOUBLE_EQ(antdt::gpu_relative_throughput(75, "Tesla T4"), 0.15);
   EXPECT_EQ(antdt::gpu_relative_throughput(0, "host (BLAS)"), 0.0);
@@ -157,7 +161,8 @@ TEST(Planner, InitialPlanFromProbeAndPriors) {
   EXPECT_NE(probed.reason.find("probe"), std::string::npos);
 
   // Rank 2 not probed: its prior (0.5 of rank 0's 1.0) scaled by the probe/prior ratio 200.
-  const Plan mixed = antdt::initial_plan(500, std::vector<double>{200.0, 200.0, 0.0}, cap, std::vector<double>{1.0, 1.0, 0.5});
+  const Plan mixed =
+      antdt::initial_plan(500, std::vector<double>{200.0, 200.0, 0.0}, cap, std::vector<double>{1.0, 1.0, 0.5});
   EXPECT_EQ(mixed.batch, (std::vector<std::int64_t>{200, 200, 100}));
   EXPECT_NE(mixed.reason.find("priors for 1"), std::string::npos) << mixed.reason;
 

@@ -36,8 +36,11 @@ TEST(Launcher, OpenMpiVariables) {
 }
 
 TEST(Launcher, PmiBeforeSlurm) {
-  auto info = discover_launch(MPI_COMM_NULL, map_env({{"PMI_RANK", "2"}, {"PMI_SIZE", "3"}, {"SLURM_PROCID", "0"},
-                                                      {"SLURM_NTASKS", "3"}, {"SLURM_JOB_ID", "4242"}}));
+  auto info = discover_launch(MPI_COMM_NULL, map_env({{"PMI_RANK", "2"},
+                                                      {"PMI_SIZE", "3"},
+                                                      {"SLURM_PROCID", "0"},
+                                                      {"SLURM_NTASKS", "3"},
+                                                      {"SLURM_JOB_ID", "4242"}}));
   EXPECT_EQ(info.source, "pmi");
   EXPECT_EQ(info.world_rank, 2);
   EXPECT_EQ(info.world_size, 3);

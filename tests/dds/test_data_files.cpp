@@ -55,7 +55,8 @@ void make_file(const std::string& path, const std::function<void(hid_t)>& fill) 
 }
 
 template <class T>
-void add_set(hid_t file, const char* name, hid_t file_type, hid_t mem_type, std::vector<hsize_t> dims, const std::vector<T>& values) {
+void add_set(hid_t file, const char* name, hid_t file_type, hid_t mem_type, std::vector<hsize_t> dims,
+             const std::vector<T>& values) {
   const hid_t space = H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
   const hid_t set = H5Dcreate2(file, name, file_type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
   ASSERT_GE(set, 0);
@@ -80,7 +81,8 @@ void add_num_classes(hid_t file, const char* set_name, std::int32_t classes) {
 void good_sets(hid_t file, std::int64_t n = 6, std::int64_t d = 3) {
   add_set(file, "features", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {static_cast<hsize_t>(n), static_cast<hsize_t>(d)},
           std::vector<float>(static_cast<std::size_t>(n * d), 1.0f));
-  add_set(file, "labels", H5T_STD_I32LE, H5T_NATIVE_INT32, {static_cast<hsize_t>(n)}, std::vector<std::int32_t>(static_cast<std::size_t>(n), 1));
+  add_set(file, "labels", H5T_STD_I32LE, H5T_NATIVE_INT32, {static_cast<hsize_t>(n)},
+          std::vector<std::int32_t>(static_cast<std::size_t>(n), 1));
 }
 
 // Opening must throw a one-line FileError mentioning every fragment, and leave the file as it was.

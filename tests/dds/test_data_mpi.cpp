@@ -103,9 +103,12 @@ TEST_P(Modes, OneDdsEpochReadsEverySampleOnce) {
 TEST_P(Modes, BadFileFailsOnEveryRankWithoutHanging) {
   auto comm = antdt::Communicator::duplicate(MPI_COMM_WORLD);
   SharedFile file(comm);
-  EXPECT_THROW(Hdf5Dataset(file.path(), Hdf5Names{"features", "no_such_labels"}, GetParam(), comm.get()), antdt::FileError);
+  EXPECT_THROW(Hdf5Dataset(file.path(), Hdf5Names{"features", "no_such_labels"}, GetParam(), comm.get()),
+               antdt::FileError);
   EXPECT_THROW(Hdf5Dataset(file.path() + ".missing", {}, GetParam(), comm.get()), antdt::FileError);
 }
 
 INSTANTIATE_TEST_SUITE_P(Hdf5, Modes, ::testing::Values(ReadMode::independent, ReadMode::collective),
-                         [](const auto& param_info) { return param_info.param == ReadMode::independent ? "independent" : "collective"; });
+                         [](const auto& param_info) {
+                           return param_info.param == ReadMode::independent ? "independent" : "collective";
+                         });

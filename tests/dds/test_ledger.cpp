@@ -293,7 +293,8 @@ TEST(Coordinator, ClientTakesExactlyWhatIsCommittedAndCoverageIsClean) {
         const auto idx = clients[static_cast<std::size_t>(r)].take(demand[static_cast<std::size_t>(r)]);
         consumed[static_cast<std::size_t>(r)] = static_cast<std::int64_t>(idx.size());
         for (auto i : idx) ++counts[static_cast<std::size_t>(i)];
-        EXPECT_EQ(clients[static_cast<std::size_t>(r)].held(), coordinator.ledger().held(r) - consumed[static_cast<std::size_t>(r)]);
+        EXPECT_EQ(clients[static_cast<std::size_t>(r)].held(),
+                  coordinator.ledger().held(r) - consumed[static_cast<std::size_t>(r)]);
       }
       coordinator.commit_step(consumed);
     }
@@ -364,9 +365,7 @@ TEST(Coordinator, RestoreOnSameWorldSizeReplaysTheUninterruptedRunExactly) {
     auto o = opts(53, 4, true, 4);
     o.shuffle_within_shard = within;
     const int world = 3;
-    auto demand_at = [](int step) {
-      return std::vector<std::int64_t>{3 + step % 3, step % 5 == 0 ? 0 : 2, 6};
-    };
+    auto demand_at = [](int step) { return std::vector<std::int64_t>{3 + step % 3, step % 5 == 0 ? 0 : 2, 6}; };
     // Returns per-rank index sequences of steps [from, to).
     using Trace = std::vector<std::vector<std::int64_t>>;
     auto run = [&](Coordinator& c, std::vector<Client>& clients, int from, int to, Trace& trace) {

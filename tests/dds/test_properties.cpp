@@ -23,7 +23,9 @@ struct Rng {
   std::mt19937_64 engine;
   explicit Rng(std::uint64_t seed) : engine(seed) {}
   // Modulo draws: fine for a test, and (unlike uniform_int_distribution) portable.
-  std::int64_t below(std::int64_t n) { return n <= 0 ? 0 : static_cast<std::int64_t>(engine() % static_cast<std::uint64_t>(n)); }
+  std::int64_t below(std::int64_t n) {
+    return n <= 0 ? 0 : static_cast<std::int64_t>(engine() % static_cast<std::uint64_t>(n));
+  }
   bool chance(int percent) { return below(100) < percent; }
 };
 
@@ -31,9 +33,15 @@ LedgerOptions random_options(Rng& rng) {
   LedgerOptions o;
   o.dataset_size = 1 + rng.below(rng.chance(20) ? 4 : 90);
   switch (rng.below(4)) {
-    case 0: o.shard_size = 1; break;
-    case 1: o.shard_size = 0; break;  // automatic
-    default: o.shard_size = 1 + rng.below(o.dataset_size + 3); break;
+    case 0:
+      o.shard_size = 1;
+      break;
+    case 1:
+      o.shard_size = 0;
+      break;  // automatic
+    default:
+      o.shard_size = 1 + rng.below(o.dataset_size + 3);
+      break;
   }
   o.seed = rng.engine();
   o.shuffle_shards = rng.chance(70);
@@ -61,7 +69,8 @@ class Tally {
     if (it == epochs_.end()) return ::testing::AssertionFailure() << "epoch " << epoch << " never committed";
     for (std::size_t i = 0; i < it->second.size(); ++i) {
       if (it->second[i] != 1) {
-        return ::testing::AssertionFailure() << "epoch " << epoch << " index " << i << " committed " << it->second[i] << " times";
+        return ::testing::AssertionFailure()
+               << "epoch " << epoch << " index " << i << " committed " << it->second[i] << " times";
       }
     }
     return ::testing::AssertionSuccess();
@@ -79,7 +88,8 @@ class Tally {
         }
       }
       if (committed != c.done) {
-        return ::testing::AssertionFailure() << "epoch " << c.epoch << ": ledger says done " << c.done << ", tally " << committed;
+        return ::testing::AssertionFailure()
+               << "epoch " << c.epoch << ": ledger says done " << c.done << ", tally " << committed;
       }
     }
     return ::testing::AssertionSuccess();
@@ -109,7 +119,8 @@ TEST(LedgerProperty, RandomSchedulesCommitEveryIndexExactlyOncePerEpoch) {
       ASSERT_NO_THROW(ledger.check_identity());
       ASSERT_TRUE(tally.consistent(ledger));
       const auto& completed = ledger.completed_list();
-      for (; completed_seen < completed.size(); ++completed_seen) ASSERT_TRUE(tally.exactly_once(completed[completed_seen]));
+      for (; completed_seen < completed.size(); ++completed_seen)
+        ASSERT_TRUE(tally.exactly_once(completed[completed_seen]));
       for (int r = 0; r < world; ++r) ASSERT_EQ(clients[static_cast<std::size_t>(r)].held(), ledger.held(r));
     };
     const std::int64_t batch_limit = 1 + rng.below(2 * o.dataset_size + 2);  // often > N / world
@@ -196,7 +207,8 @@ TEST(LedgerProperty, RandomSchedulesCommitEveryIndexExactlyOncePerEpoch) {
         const auto runs = ledger.consume(r, 1 + rng.below(batch_limit));
         std::vector<std::int64_t> from_ledger;
         for (const auto& run : runs) ledger.map().append_indices(run, from_ledger);
-        ASSERT_EQ(clients[static_cast<std::size_t>(r)].take(static_cast<std::int64_t>(from_ledger.size())), from_ledger);
+        ASSERT_EQ(clients[static_cast<std::size_t>(r)].take(static_cast<std::int64_t>(from_ledger.size())),
+                  from_ledger);
         tally.commit(runs);
         ledger.commit(r);
         check("drain");

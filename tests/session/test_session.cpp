@@ -101,7 +101,8 @@ void expect_exactly_once(const Session& s, std::int64_t n, std::size_t epochs) {
 }
 
 // Runs steps with no model: compute time is the emulator's modelled time.
-std::vector<std::vector<std::int64_t>> run_steps(Session& s, std::int64_t steps, std::vector<std::int64_t>* versions = nullptr) {
+std::vector<std::vector<std::int64_t>> run_steps(Session& s, std::int64_t steps,
+                                                 std::vector<std::int64_t>* versions = nullptr) {
   std::vector<std::vector<std::int64_t>> used;
   for (std::int64_t i = 0; i < steps && !s.finished(); ++i) {
     StepWork w = s.begin_step();
@@ -185,7 +186,8 @@ TEST(Session, TrainingUnderDdMatchesOneRankOnTheSameSamples) {
   // the parameters one rank gets from the same samples.
   const std::int64_t dim = 6, classes = 3, n = 600;
   auto sample = [&](std::int64_t i, float* x, std::int32_t* y) {
-    for (std::int64_t j = 0; j < dim; ++j) x[j] = std::sin(0.37f * static_cast<float>(i * (j + 1)) + static_cast<float>(j));
+    for (std::int64_t j = 0; j < dim; ++j)
+      x[j] = std::sin(0.37f * static_cast<float>(i * (j + 1)) + static_cast<float>(j));
     *y = static_cast<std::int32_t>(i % classes);
   };
   MlpConfig mc;
@@ -213,7 +215,9 @@ TEST(Session, TrainingUnderDdMatchesOneRankOnTheSameSamples) {
     const auto m = static_cast<std::int64_t>(w.samples.size());
     x.resize(static_cast<std::size_t>(m * dim));
     y.resize(static_cast<std::size_t>(m));
-    for (std::int64_t k = 0; k < m; ++k) sample(w.samples[static_cast<std::size_t>(k)], &x[static_cast<std::size_t>(k * dim)], &y[static_cast<std::size_t>(k)]);
+    for (std::int64_t k = 0; k < m; ++k)
+      sample(w.samples[static_cast<std::size_t>(k)], &x[static_cast<std::size_t>(k * dim)],
+             &y[static_cast<std::size_t>(k)]);
     s.mark_data_ready();
     model->zero_gradients();
     std::int64_t off = 0;
@@ -230,7 +234,9 @@ TEST(Session, TrainingUnderDdMatchesOneRankOnTheSameSamples) {
     const auto total = static_cast<std::int64_t>(all.size());
     xr.resize(static_cast<std::size_t>(total * dim));
     yr.resize(static_cast<std::size_t>(total));
-    for (std::int64_t k = 0; k < total; ++k) sample(all[static_cast<std::size_t>(k)], &xr[static_cast<std::size_t>(k * dim)], &yr[static_cast<std::size_t>(k)]);
+    for (std::int64_t k = 0; k < total; ++k)
+      sample(all[static_cast<std::size_t>(k)], &xr[static_cast<std::size_t>(k * dim)],
+             &yr[static_cast<std::size_t>(k)]);
     reference->zero_gradients();
     reference->accumulate(xr.data(), yr.data(), total);
     reference->apply_update();
@@ -238,7 +244,8 @@ TEST(Session, TrainingUnderDdMatchesOneRankOnTheSameSamples) {
     const auto q = reference->parameters();
     ASSERT_EQ(p.size(), q.size());
     for (std::size_t i = 0; i < p.size(); ++i) {
-      worst = std::max(worst, std::abs(static_cast<double>(p[i]) - q[i]) / std::max(1e-3, std::abs(static_cast<double>(q[i]))));
+      worst = std::max(
+          worst, std::abs(static_cast<double>(p[i]) - q[i]) / std::max(1e-3, std::abs(static_cast<double>(q[i]))));
     }
   }
   EXPECT_LT(worst, 1e-5) << "largest relative parameter difference of one step's update, over 24 steps";
