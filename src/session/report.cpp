@@ -65,8 +65,6 @@ std::string json_array(const std::vector<T>& v) {
   return out + "]";
 }
 
-std::string class_name(RankClass c) { return rank_class_name(c); }
-
 std::ofstream open_out(const std::string& path) {
   std::ofstream out(path, std::ios::trunc);
   if (!out) throw FileError("cannot write " + path + ": check that the directory exists and is writable");
@@ -164,7 +162,7 @@ std::string summary_json(const RunSummary& s) {
   for (std::size_t r = 0; r < s.assessments.size(); ++r) {
     const auto& a = s.assessments[r];
     if (a.kind != RankClass::transient_straggler && a.kind != RankClass::persistent_straggler) continue;
-    o << (first ? "" : ", ") << "{\"rank\": " << r << ", \"class\": " << json_string(class_name(a.kind))
+    o << (first ? "" : ", ") << "{\"rank\": " << r << ", \"class\": " << json_string(rank_class_name(a.kind))
       << ", \"reason\": " << json_string(a.reason) << "}";
     first = false;
   }
@@ -206,7 +204,7 @@ std::string summary_text(const RunSummary& s) {
   for (std::size_t r = 0; r < s.assessments.size(); ++r) {
     const auto& a = s.assessments[r];
     if (a.kind == RankClass::normal) continue;
-    o << "rank " << r << ": " << class_name(a.kind) << " (" << a.reason << ")\n";
+    o << "rank " << r << ": " << rank_class_name(a.kind) << " (" << a.reason << ")\n";
   }
   o << "plans applied: " << s.plans.size() << "\n";
   for (const auto& p : s.plans) {

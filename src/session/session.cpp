@@ -106,7 +106,6 @@ struct Session::Impl {
 
   // This step's agent state.
   bool in_step = false;
-  bool data_marked = false;
   bool compute_marked = false;
   Clock::time_point t_begin, t_data_ready;
   double data_wait_s = 0, compute_s = 0, reduce_s = 0;
@@ -154,13 +153,13 @@ struct Session::Impl {
     return std::any_of(priors.begin(), priors.end(), [](double p) { return p > 0; });
   }
 
-  void make_controller(const Plan& initial) {
+  // The Controller's options follow from the session's; fixed once the caps are gathered.
+  void resolve_controller_options() {
     controller_opt = opt.controller;
     controller_opt.global_batch = opt.global_batch;
     controller_opt.caps = caps;
     controller_opt.world_size = comm.size();
     controller_opt.cost.gradient_bytes = opt.gradient_bytes;
-    controller = std::make_unique<Controller>(controller_opt, initial);
   }
 
   void broadcast_plan(Plan& p) {
@@ -273,6 +272,7 @@ Session::Session(MPI_Comm comm, SessionOptions options) : impl_(std::make_unique
   auto& s = *impl_;
   log::set_rank(s.comm.rank(), s.comm.size());
   s.gather_caps();
+  s.resolve_controller_options();
   s.plan = equal_plan(s.opt.global_batch, s.caps, 0);
   if (s.have_priors() && s.opt.controller.policy != "static") {
     // A table of GPU generations gives a first split before anything is measured.
@@ -280,7 +280,7 @@ Session::Session(MPI_Comm comm, SessionOptions options) : impl_(std::make_unique
   }
   if (s.comm.is_root()) {
     s.coordinator = std::make_unique<dds::Coordinator>(s.ledger_opt, s.comm.size(), s.opt.prefetch_steps);
-    s.make_controller(s.plan);
+    s.controller = std::make_unique<Controller>(s.controller_opt, s.plan);
     s.plan = s.controller->plan();
     s.history.push_back(s.plan);
     ANTDT_LOG(info) << "session: " << s.comm.size() << " ranks, N=" << s.opt.dataset_size
@@ -346,7 +346,7 @@ StepWork Session::begin_step() {
   s.samples_now = static_cast<std::int64_t>(w.samples.size());
   s.micro_steps_now = static_cast<std::int32_t>(w.micro_batches.size());
   s.in_step = true;
-  s.data_marked = s.compute_marked = false;
+  s.compute_marked = false;
   s.data_wait_s = s.compute_s = s.reduce_s = 0;
   s.t_begin = s.t_data_ready = Clock::now();
   return w;
@@ -356,7 +356,6 @@ void Session::mark_data_ready() {
   auto& s = *impl_;
   s.t_data_ready = Clock::now();
   s.data_wait_s = seconds_between(s.t_begin, s.t_data_ready);
-  s.data_marked = true;
 }
 
 void Session::mark_compute_done(double measured_seconds) {
@@ -452,10 +451,8 @@ StepSummary Session::end_step(double loss_sum, std::int64_t correct) {
         const bool done = s.reached_end_after(s.step + 1);
         std::vector<dds::Grant> grants;
         if (!done) {
-          std::vector<std::int64_t> demand = next ? next->batch : s.upcoming_demand();
-          for (std::size_t i = 0; i < demand.size(); ++i) demand[i] = std::max(demand[i], s.plan.batch[i]);
           const auto t_grant = Clock::now();
-          grants = s.coordinator->grant(demand);
+          grants = s.coordinator->grant(s.upcoming_demand());  // controller->plan() is `next` if one was issued
           s.dds_seconds += seconds_between(t_grant, Clock::now());
         }
         return s.make_reply(next ? &*next : nullptr, grants, done, loss, samples, corr, max_compute);
@@ -520,11 +517,6 @@ void Session::restore(const CheckpointReader* reader) {
         // The run's own limit wins: a resumed job may be asked to train longer.
         s.coordinator->set_max_epochs(s.opt.max_epochs);
       }
-      s.controller_opt = s.opt.controller;
-      s.controller_opt.global_batch = s.opt.global_batch;
-      s.controller_opt.caps = s.caps;
-      s.controller_opt.world_size = s.comm.size();
-      s.controller_opt.cost.gradient_bytes = s.opt.gradient_bytes;
       s.controller =
           std::make_unique<Controller>(Controller::restore(reader->bytes("antdt/controller"), s.controller_opt));
       const auto plan_bytes = reader->bytes("antdt/plan");
