@@ -610,6 +610,8 @@ int run(const TrainOptions& o, int world_size) {
   if (root) {
     RunSummary sum;
     sum.backend = std::string(backend_name(device.backend));
+    sum.device = device.name;
+    sum.reducer = std::string(reducer->name());
     sum.job_id = job;
     sum.wall_seconds = wall;
     summarize_session(session, sum);

@@ -18,6 +18,8 @@ struct RunSummary {
   int ranks = 0;
   std::string policy;
   std::string backend;  // "host" or "cuda"
+  std::string device;   // rank 0's device name, e.g. "NVIDIA H200" or "host (BLAS sgemm + Kokkos)"
+  std::string reducer;  // the gradient reducer: "mpi" or "nccl"
   std::string job_id;   // Slurm job id, "" outside Slurm
   bool emulated = false;
   std::string emulation;  // EmulationOptions::describe()

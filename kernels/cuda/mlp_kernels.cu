@@ -1,5 +1,7 @@
 // Element-wise kernels of the CUDA MLP. GEMMs are cuBLAS (mlp_cuda.cpp); these are the
-// O(n * width) parts. Grid-stride loops keep every launch at a bounded grid size.
+// O(n * width) parts. Grid-stride loops keep every launch at a bounded grid size; the maths
+// of each element is in mlp_kernel_math.hpp, shared with the emulated runtime of the tests.
+#include "cuda/mlp_kernel_math.hpp"
 #include "cuda/mlp_kernels.hpp"
 
 namespace antdt::cuda {
@@ -12,13 +14,13 @@ int blocks_for(std::int64_t count) {
   return static_cast<int>(b < 1 ? 1 : (b > 65535 ? 65535 : b));
 }
 
+// Every kernel is a grid-stride loop around one function of mlp_kernel_math.hpp.
+#define ANTDT_GRID_STRIDE(i, count)                                                                    \
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < (count); \
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+
 __global__ void bias_activation_kernel(float* z, const float* b, std::int64_t n, std::int64_t width, bool relu) {
-  const std::int64_t total = n * width;
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const float x = z[i] + b[i % width];
-    z[i] = relu ? fmaxf(x, 0.0f) : x;
-  }
+  ANTDT_GRID_STRIDE(i, n * width) { math::bias_activation(z, b, i, width, relu); }
 }
 
 // One thread per row: the class count of a classifier head is small, and the row work is
@@ -31,22 +33,8 @@ __global__ void softmax_cross_entropy_kernel(float* logits, const std::int32_t* 
   __shared__ unsigned int block_hits[kThreads];
   double loss = 0.0;
   unsigned int hits = 0;
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    float* z = logits + i * classes;
-    std::int64_t arg = 0;
-    for (std::int64_t j = 1; j < classes; ++j) arg = z[j] > z[arg] ? j : arg;
-    const float zmax = z[arg];
-    double denom = 0.0;
-    for (std::int64_t j = 0; j < classes; ++j) denom += exp(static_cast<double>(z[j] - zmax));
-    const std::int32_t y = labels[i];
-    loss += log(denom) - static_cast<double>(z[y] - zmax);
-    hits += arg == y ? 1u : 0u;
-    if (write_gradient) {
-      for (std::int64_t j = 0; j < classes; ++j) {
-        z[j] = static_cast<float>(exp(static_cast<double>(z[j] - zmax)) / denom) - (j == y ? 1.0f : 0.0f);
-      }
-    }
+  ANTDT_GRID_STRIDE(i, n) {
+    math::softmax_cross_entropy_row(logits + i * classes, classes, labels[i], write_gradient, loss, hits);
   }
   block_loss[threadIdx.x] = loss;
   block_hits[threadIdx.x] = hits;
@@ -65,44 +53,26 @@ __global__ void softmax_cross_entropy_kernel(float* logits, const std::int32_t* 
 }
 
 __global__ void relu_mask_kernel(float* delta, const float* activation, std::int64_t count) {
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < count;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    if (!(activation[i] > 0.0f)) delta[i] = 0.0f;
-  }
+  ANTDT_GRID_STRIDE(i, count) { math::relu_mask(delta, activation, i); }
 }
 
 __global__ void add_to_scalar_kernel(float* slot, float value) { *slot += value; }
 
 __global__ void fill_kernel(float* x, float value, std::int64_t count) {
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < count;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    x[i] = value;
-  }
+  ANTDT_GRID_STRIDE(i, count) { x[i] = value; }
 }
 
 __global__ void sgd_kernel(float* p, float* momentum, const float* grad_sum, std::int64_t count, float inv_count,
                            float lr, float mu, float wd) {
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < count;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const float g = grad_sum[i] * inv_count + wd * p[i];
-    const float m = mu * momentum[i] + g;
-    momentum[i] = m;
-    p[i] -= lr * m;
-  }
+  ANTDT_GRID_STRIDE(i, count) { math::sgd(p, momentum, grad_sum, i, inv_count, lr, mu, wd); }
 }
 
 __global__ void adam_kernel(float* p, float* m, float* v, const float* grad_sum, std::int64_t count, float inv_count,
                             float lr, float beta1, float beta2, float eps, float wd, float c1, float c2) {
-  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < count;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const float g = grad_sum[i] * inv_count + wd * p[i];
-    const float mi = beta1 * m[i] + (1.0f - beta1) * g;
-    const float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    p[i] -= lr * (mi / c1) / (sqrtf(vi / c2) + eps);
-  }
+  ANTDT_GRID_STRIDE(i, count) { math::adam(p, m, v, grad_sum, i, inv_count, lr, beta1, beta2, eps, wd, c1, c2); }
 }
+
+#undef ANTDT_GRID_STRIDE
 
 }  // namespace
 

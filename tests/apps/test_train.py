@@ -19,6 +19,8 @@ BUILD = os.path.abspath(sys.argv[1])
 SOURCE = os.path.abspath(sys.argv[2])
 del sys.argv[1:3]
 TRAIN = os.path.join(BUILD, "apps", "antdt-train")
+# antdt-train linked against the emulated CUDA device (tests/compute/cuda_emulation), CUDA builds only.
+TRAIN_EMULATED_CUDA = os.path.join(BUILD, "tests", "compute", "cuda_emulation", "antdt-train-emulated-cuda")
 DATAGEN = os.path.join(BUILD, "apps", "antdt-datagen")
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
            OMPI_MCA_rmaps_base_oversubscribe="1", ANTDT_LOG_LEVEL="warn")
@@ -28,8 +30,8 @@ def run(cmd, timeout=240, env=None):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env or ENV)
 
 
-def mpirun(np, *args, timeout=240, env=None):
-    return run(["mpirun", "-np", str(np), TRAIN, *map(str, args)], timeout=timeout, env=env)
+def mpirun(np, *args, timeout=240, env=None, train=TRAIN):
+    return run(["mpirun", "-np", str(np), train, *map(str, args)], timeout=timeout, env=env)
 
 
 class Workdir(unittest.TestCase):
@@ -253,6 +255,63 @@ class Checkpoints(Workdir):
         r = mpirun(2, *self.base(), "--layers", "8,32,4", "--steps", "6", "--checkpoint-dir", d, "--resume")
         self.assertEqual(r.returncode, 2, r.stderr)
         self.assertIn("shape", r.stderr)
+
+
+@unittest.skipUnless(os.path.exists(TRAIN_EMULATED_CUDA), "this build has no CUDA backend (ANTDT_ENABLE_CUDA=OFF)")
+class EmulatedCuda(Workdir):
+    """antdt-train with --device cuda on the emulated device: the CUDA model, the staged-MPI and
+    NCCL reducers, checkpoints of device state, and dd on device timings, end to end. Device
+    memory is inaccessible to host code there, so a host read of a device buffer crashes."""
+
+    def cuda(self, np, devices, *args):
+        env = dict(ENV, ANTDT_EMULATED_CUDA_DEVICES=str(devices))
+        return mpirun(np, *args, "--device", "cuda", env=env, train=TRAIN_EMULATED_CUDA)
+
+    def test_cuda_run_matches_host_run_with_either_reducer(self):
+        args = [*self.base(), "--policy", "static", "--steps", "20", "--eval-data", self.eval]
+        host_js = os.path.join(self.dir, "emu-host.json")
+        r = mpirun(2, *args, "--device", "host", "--summary-json", host_js)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        host = self.summary(host_js)
+        for devices, reducer in ((1, "mpi"), (2, "nccl")):
+            js = os.path.join(self.dir, f"emu-cuda-{devices}.json")
+            r = self.cuda(2, devices, *args, "--summary-json", js)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            s = self.summary(js)
+            self.assertEqual(s["backend"], "cuda")
+            self.assertIn("emulated CUDA device", s["device"])
+            self.assertEqual(s["reducer"], reducer, "one device per process stages through MPI; one per rank uses NCCL")
+            self.assertEqual(s["samples"], host["samples"])
+            self.assertAlmostEqual(s["final_loss"], host["final_loss"], delta=1e-4 * abs(host["final_loss"]))
+            self.assertAlmostEqual(s["eval_loss"], host["eval_loss"], delta=1e-4 * abs(host["eval_loss"]))
+            self.assertEqual(s["eval_accuracy"], host["eval_accuracy"])
+
+    def test_cuda_kill_and_resume_equals_uninterrupted(self):
+        a_dir, b_dir = os.path.join(self.dir, "emu-ck-a"), os.path.join(self.dir, "emu-ck-b")
+        args = [*self.base(), "--policy", "static", "--optimizer", "adam", "--lr", "0.01",
+                "--steps", "16", "--checkpoint-every", "5"]
+        a_js, c_js = os.path.join(self.dir, "emu-a.json"), os.path.join(self.dir, "emu-c.json")
+        a = self.cuda(3, 3, *args, "--checkpoint-dir", a_dir, "--summary-json", a_js)
+        self.assertEqual(a.returncode, 0, a.stderr)
+        b = self.cuda(3, 3, *args, "--checkpoint-dir", b_dir, "--fail-at-step", "8", "--fail-rank", "1")
+        self.assertNotEqual(b.returncode, 0, "the killed run must fail")
+        c = self.cuda(3, 3, *args, "--checkpoint-dir", b_dir, "--resume", "--summary-json", c_js)
+        self.assertEqual(c.returncode, 0, c.stderr)
+        sa, sc = self.summary(a_js), self.summary(c_js)
+        self.assertEqual(sa["parameter_checksum"], sc["parameter_checksum"],
+                         "parameters and Adam state restored onto the device exactly")
+
+    def test_cuda_dd_shifts_work_to_the_fast_rank(self):
+        js = os.path.join(self.dir, "emu-dd.json")
+        r = self.cuda(2, 2, *self.base(), "--global-batch", "64", "--steps", "40", "--policy", "dd",
+                      "--emulate-speed", "1,0.33", "--virtual-device", "0.0005", "--min-interval", "5",
+                      "--summary-json", js)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        s = self.summary(js)
+        self.assertEqual(sum(s["final_split"]), 64)
+        self.assertGreater(s["final_split"][0], 2 * s["final_split"][1], s["final_split"])
+        self.assertEqual(s["duplicated_samples"], 0)
+        self.assertEqual(s["missing_samples"], 0)
 
 
 class MainJob(unittest.TestCase):

@@ -1,0 +1,711 @@
+// The emulated CUDA device of the tests: the subset of the CUDA runtime, cuBLAS and NCCL that
+// libantdt calls, and the launchers of kernels/cuda/mlp_kernels.hpp, on the host. See
+// emulated_cuda.hpp for what it checks and what it cannot. The kernels' arithmetic is
+// kernels/cuda/mlp_kernel_math.hpp, the same functions the real kernels call.
+#include "emulated_cuda.hpp"
+
+#include <cblas.h>
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <mpi.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "antdt/config.hpp"
+#include "cuda/mlp_kernel_math.hpp"
+#include "cuda/mlp_kernels.hpp"
+
+#if ANTDT_HAVE_NCCL
+#include <nccl.h>
+#endif
+
+// The opaque handle types of the real libraries, defined here.
+struct CUstream_st {
+  int device = 0;
+};
+struct CUevent_st {
+  std::optional<std::chrono::steady_clock::time_point> recorded;
+};
+struct cublasContext {
+  cudaStream_t stream = nullptr;
+  int device = 0;
+};
+#if ANTDT_HAVE_NCCL
+struct ncclComm {
+  MPI_Comm comm = MPI_COMM_NULL;
+  int device = 0;
+};
+#endif
+
+namespace {
+
+constexpr std::size_t kDeviceMemory = std::size_t{4} << 30;
+
+struct Allocation {
+  std::size_t bytes = 0;   // as requested
+  std::size_t mapped = 0;  // rounded up to pages
+  int device = 0;
+};
+
+struct State {
+  std::mutex mutex;
+  std::map<std::uintptr_t, Allocation> allocations;  // by base address
+  std::set<const CUstream_st*> streams;
+  std::set<const CUevent_st*> events;
+  std::set<const cublasContext*> handles;
+  std::size_t rejected = 0;
+  std::string last_rejection;
+};
+
+State& state() {
+  static State* s = new State;  // never destroyed: destructors of static objects may still free
+  return *s;
+}
+
+thread_local int t_device = 0;
+
+int device_count() {
+  const char* env = std::getenv("ANTDT_EMULATED_CUDA_DEVICES");
+  const int n = env != nullptr ? std::atoi(env) : 1;
+  return n > 0 ? n : 1;
+}
+
+// Records and prints why a call was refused. Caller holds the mutex.
+void reject(State& s, const char* api, const std::string& why) {
+  ++s.rejected;
+  s.last_rejection = std::string(api) + ": " + why;
+  std::fprintf(stderr, "antdt emulated CUDA: %s\n", s.last_rejection.c_str());
+}
+
+std::string hex(const void* p) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%p", p);
+  return buf;
+}
+
+// The allocation (base address and record) holding address p, or nullptr.
+const std::pair<const std::uintptr_t, Allocation>* find(State& s, const void* p) {
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  auto it = s.allocations.upper_bound(a);
+  if (it == s.allocations.begin()) return nullptr;
+  --it;
+  return a < it->first + it->second.bytes ? &*it : nullptr;
+}
+
+// "" when [p, p + bytes) is inside one live allocation on the current device.
+std::string device_range(State& s, const void* p, std::size_t bytes, const char* what) {
+  if (bytes == 0) return "";
+  const auto* found = find(s, p);
+  if (found == nullptr) return std::string(what) + " " + hex(p) + " is not device memory";
+  const std::uintptr_t start = found->first;
+  const Allocation* al = &found->second;
+  const auto base = reinterpret_cast<std::uintptr_t>(p);
+  if (base + bytes > start + al->bytes) {
+    return std::string(what) + " " + hex(p) + ": " + std::to_string(bytes) + " bytes run past the end of its " +
+           std::to_string(al->bytes) + "-byte allocation (offset " + std::to_string(base - start) + ")";
+  }
+  if (al->device != t_device) {
+    return std::string(what) + " " + hex(p) + " is on device " + std::to_string(al->device) + " but device " +
+           std::to_string(t_device) + " is current";
+  }
+  return "";
+}
+
+std::string host_range(State& s, const void* p, std::size_t bytes, const char* what) {
+  if (bytes == 0) return "";
+  if (p == nullptr) return std::string(what) + " is null";
+  if (find(s, p) != nullptr) return std::string(what) + " " + hex(p) + " is device memory, not host memory";
+  return "";
+}
+
+bool stream_ok(State& s, cudaStream_t stream) {
+  return stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread ||
+         s.streams.count(stream) > 0;
+}
+
+// Device memory is PROT_NONE except inside one of these: only emulated API calls touch it.
+class DeviceAccess {
+ public:
+  explicit DeviceAccess(State& s) : s_(s) { protect(PROT_READ | PROT_WRITE); }
+  DeviceAccess(const DeviceAccess&) = delete;
+  DeviceAccess& operator=(const DeviceAccess&) = delete;
+  ~DeviceAccess() { protect(PROT_NONE); }
+
+ private:
+  void protect(int prot) {
+    for (const auto& [base, a] : s_.allocations) {
+      if (mprotect(reinterpret_cast<void*>(base), a.mapped, prot) != 0) std::abort();
+    }
+  }
+  State& s_;
+};
+
+// Checks ranges; on the first failure rejects and returns false.
+template <class... Checks>
+bool all_ok(State& s, const char* api, const Checks&... checks) {
+  for (const std::string& why : {checks...}) {
+    if (!why.empty()) {
+      reject(s, api, why);
+      return false;
+    }
+  }
+  return true;
+}
+
+std::size_t page() { return static_cast<std::size_t>(sysconf(_SC_PAGESIZE)); }
+
+// Bytes spanned by a column-major rows x cols matrix with leading dimension ld.
+std::size_t matrix_bytes(int rows, int cols, int ld) {
+  if (rows == 0 || cols == 0) return 0;
+  return (static_cast<std::size_t>(cols - 1) * static_cast<std::size_t>(ld) + static_cast<std::size_t>(rows)) *
+         sizeof(float);
+}
+
+std::size_t vector_bytes(int length, int inc) {
+  if (length == 0) return 0;
+  return (static_cast<std::size_t>(length - 1) * static_cast<std::size_t>(inc < 0 ? -inc : inc) + 1) * sizeof(float);
+}
+
+// Streams and events: heap objects whose live set catches use after destroy.
+template <class T, class... Args>
+cudaError_t create_handle(T** out, std::set<const T*> State::*live, Args... args) {
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  *out = new T{args...};
+  (s.*live).insert(*out);
+  return cudaSuccess;
+}
+
+template <class T>
+cudaError_t destroy_handle(T* handle, std::set<const T*> State::*live, const char* api) {
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  if ((s.*live).erase(handle) == 0) {
+    reject(s, api, "not a live handle");
+    return cudaErrorInvalidResourceHandle;
+  }
+  delete handle;
+  return cudaSuccess;
+}
+
+}  // namespace
+
+namespace antdt::emulated_cuda {
+std::size_t live_allocations() {
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  return s.allocations.size();
+}
+std::size_t live_bytes() {
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  std::size_t total = 0;
+  for (const auto& [base, a] : s.allocations) total += a.bytes;
+  return total;
+}
+std::size_t rejected_calls() {
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  return s.rejected;
+}
+std::string last_rejection() {
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  return s.last_rejection;
+}
+}  // namespace antdt::emulated_cuda
+
+// ---- CUDA runtime ---------------------------------------------------------------------------
+extern "C" {
+
+cudaError_t cudaGetDeviceCount(int* count) {
+  *count = device_count();
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDevice(int* device) {
+  *device = t_device;
+  return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int device) {
+  if (device < 0 || device >= device_count()) {
+    State& s = state();
+    std::lock_guard lock(s.mutex);
+    reject(s, "cudaSetDevice", "no device " + std::to_string(device));
+    return cudaErrorInvalidDevice;
+  }
+  t_device = device;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
+  if (device < 0 || device >= device_count()) return cudaErrorInvalidDevice;
+  std::memset(prop, 0, sizeof *prop);
+  std::snprintf(prop->name, sizeof prop->name, "antdt emulated CUDA device %d (host memory)", device);
+  prop->major = 9;
+  prop->minor = 0;
+  prop->totalGlobalMem = kDeviceMemory;
+  prop->multiProcessorCount = 1;
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemGetInfo(std::size_t* free_bytes, std::size_t* total_bytes) {
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  std::size_t used = 0;
+  for (const auto& [base, a] : s.allocations) used += a.device == t_device ? a.mapped : 0;
+  *total_bytes = kDeviceMemory;
+  *free_bytes = used < kDeviceMemory ? kDeviceMemory - used : 0;
+  return cudaSuccess;
+}
+
+cudaError_t cudaMalloc(void** ptr, std::size_t bytes) {
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  *ptr = nullptr;
+  if (bytes == 0) return cudaSuccess;
+  const std::size_t mapped = (bytes + page() - 1) / page() * page();
+  void* p = mmap(nullptr, mapped, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return cudaErrorMemoryAllocation;
+  s.allocations[reinterpret_cast<std::uintptr_t>(p)] = Allocation{bytes, mapped, t_device};
+  *ptr = p;
+  return cudaSuccess;
+}
+
+cudaError_t cudaFree(void* ptr) {
+  if (ptr == nullptr) return cudaSuccess;
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  auto it = s.allocations.find(reinterpret_cast<std::uintptr_t>(ptr));
+  if (it == s.allocations.end()) {
+    reject(s, "cudaFree", hex(ptr) + " is not the start of a live device allocation");
+    return cudaErrorInvalidValue;
+  }
+  munmap(ptr, it->second.mapped);
+  s.allocations.erase(it);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  if (!stream_ok(s, stream)) {
+    reject(s, "cudaMemcpyAsync", "invalid stream");
+    return cudaErrorInvalidResourceHandle;
+  }
+  if (kind == cudaMemcpyDefault) {
+    const bool d = find(s, dst) != nullptr, sr = find(s, src) != nullptr;
+    kind = d ? (sr ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice)
+             : (sr ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost);
+  }
+  const bool dst_device = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+  const bool src_device = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+  if (!all_ok(s, "cudaMemcpy",
+              dst_device ? device_range(s, dst, bytes, "destination") : host_range(s, dst, bytes, "destination"),
+              src_device ? device_range(s, src, bytes, "source") : host_range(s, src, bytes, "source"))) {
+    return cudaErrorInvalidValue;
+  }
+  DeviceAccess access(s);
+  if (bytes > 0) std::memmove(dst, src, bytes);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind) {
+  return cudaMemcpyAsync(dst, src, bytes, kind, nullptr);
+}
+
+cudaError_t cudaMemsetAsync(void* ptr, int value, std::size_t bytes, cudaStream_t stream) {
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  if (!stream_ok(s, stream)) {
+    reject(s, "cudaMemsetAsync", "invalid stream");
+    return cudaErrorInvalidResourceHandle;
+  }
+  if (!all_ok(s, "cudaMemsetAsync", device_range(s, ptr, bytes, "destination"))) return cudaErrorInvalidValue;
+  DeviceAccess access(s);
+  if (bytes > 0) std::memset(ptr, value, bytes);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreate(cudaStream_t* stream) { return create_handle(stream, &State::streams, t_device); }
+
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  return destroy_handle(stream, &State::streams, "cudaStreamDestroy");
+}
+
+// Work runs when it is enqueued, so synchronising only validates the handle.
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  if (!stream_ok(s, stream)) {
+    reject(s, "cudaStreamSynchronize", "not a live stream");
+    return cudaErrorInvalidResourceHandle;
+  }
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t* event) { return create_handle(event, &State::events); }
+
+cudaError_t cudaEventDestroy(cudaEvent_t event) { return destroy_handle(event, &State::events, "cudaEventDestroy"); }
+
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  if (s.events.count(event) == 0 || !stream_ok(s, stream)) {
+    reject(s, "cudaEventRecord", "not a live event or stream");
+    return cudaErrorInvalidResourceHandle;
+  }
+  event->recorded = std::chrono::steady_clock::now();
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  if (s.events.count(start) == 0 || s.events.count(end) == 0) return cudaErrorInvalidResourceHandle;
+  if (!start->recorded || !end->recorded) {
+    reject(s, "cudaEventElapsedTime", "an event was never recorded");
+    return cudaErrorInvalidResourceHandle;
+  }
+  *ms = std::chrono::duration<float, std::milli>(*end->recorded - *start->recorded).count();
+  return cudaSuccess;
+}
+
+// The launchers return their errors directly; nothing is ever left pending.
+cudaError_t cudaGetLastError() { return cudaSuccess; }
+
+const char* cudaGetErrorName(cudaError_t error) {
+  switch (error) {
+    case cudaSuccess:
+      return "cudaSuccess";
+    case cudaErrorInvalidValue:
+      return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation:
+      return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidDevice:
+      return "cudaErrorInvalidDevice";
+    case cudaErrorInvalidResourceHandle:
+      return "cudaErrorInvalidResourceHandle";
+    default:
+      return "cudaErrorUnknown";
+  }
+}
+
+const char* cudaGetErrorString(cudaError_t error) {
+  return error == cudaSuccess ? "no error" : "rejected by the emulated CUDA device (see its message on stderr)";
+}
+
+// ---- cuBLAS ---------------------------------------------------------------------------------
+
+cublasStatus_t cublasCreate_v2(cublasHandle_t* handle) {
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  *handle = new cublasContext{nullptr, t_device};
+  s.handles.insert(*handle);
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasDestroy_v2(cublasHandle_t handle) {
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  if (s.handles.erase(handle) == 0) return CUBLAS_STATUS_NOT_INITIALIZED;
+  delete handle;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetStream_v2(cublasHandle_t handle, cudaStream_t stream) {
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  if (s.handles.count(handle) == 0) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (!stream_ok(s, stream)) {
+    reject(s, "cublasSetStream", "not a live stream");
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  handle->stream = stream;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// Column-major C = alpha op(A) op(B) + beta C, with cuBLAS's argument checks.
+cublasStatus_t cublasSgemm_v2(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+                              int k, const float* alpha, const float* A, int lda, const float* B, int ldb,
+                              const float* beta, float* C, int ldc) {
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  if (s.handles.count(handle) == 0) return CUBLAS_STATUS_NOT_INITIALIZED;
+  const bool ta = transa != CUBLAS_OP_N, tb = transb != CUBLAS_OP_N;
+  const int a_rows = ta ? k : m, a_cols = ta ? m : k, b_rows = tb ? n : k, b_cols = tb ? k : n;
+  if (m < 0 || n < 0 || k < 0 || lda < std::max(1, a_rows) || ldb < std::max(1, b_rows) || ldc < std::max(1, m)) {
+    reject(s, "cublasSgemm",
+           "invalid sizes m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k) +
+               " lda=" + std::to_string(lda) + " ldb=" + std::to_string(ldb) + " ldc=" + std::to_string(ldc));
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  if (!all_ok(s, "cublasSgemm", host_range(s, alpha, sizeof(float), "alpha"),
+              host_range(s, beta, sizeof(float), "beta"), device_range(s, A, matrix_bytes(a_rows, a_cols, lda), "A"),
+              device_range(s, B, matrix_bytes(b_rows, b_cols, ldb), "B"),
+              device_range(s, C, matrix_bytes(m, n, ldc), "C"))) {
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+  DeviceAccess access(s);
+  cblas_sgemm(CblasColMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, *alpha, A, lda, B,
+              ldb, *beta, C, ldc);
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSgemv_v2(cublasHandle_t handle, cublasOperation_t trans, int m, int n, const float* alpha,
+                              const float* A, int lda, const float* x, int incx, const float* beta, float* y,
+                              int incy) {
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  if (s.handles.count(handle) == 0) return CUBLAS_STATUS_NOT_INITIALIZED;
+  const bool t = trans != CUBLAS_OP_N;
+  if (m < 0 || n < 0 || lda < std::max(1, m) || incx == 0 || incy == 0) {
+    reject(s, "cublasSgemv",
+           "invalid sizes m=" + std::to_string(m) + " n=" + std::to_string(n) + " lda=" + std::to_string(lda));
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  if (!all_ok(s, "cublasSgemv", host_range(s, alpha, sizeof(float), "alpha"),
+              host_range(s, beta, sizeof(float), "beta"), device_range(s, A, matrix_bytes(m, n, lda), "A"),
+              device_range(s, x, vector_bytes(t ? m : n, incx), "x"),
+              device_range(s, y, vector_bytes(t ? n : m, incy), "y"))) {
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
+  if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+  DeviceAccess access(s);
+  cblas_sgemv(CblasColMajor, t ? CblasTrans : CblasNoTrans, m, n, *alpha, A, lda, x, incx, *beta, y, incy);
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+const char* cublasGetStatusName(cublasStatus_t status) {
+  switch (status) {
+    case CUBLAS_STATUS_SUCCESS:
+      return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED:
+      return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_INVALID_VALUE:
+      return "CUBLAS_STATUS_INVALID_VALUE";
+    default:
+      return "CUBLAS_STATUS_INTERNAL_ERROR";
+  }
+}
+
+const char* cublasGetStatusString(cublasStatus_t status) {
+  return status == CUBLAS_STATUS_SUCCESS ? "success" : "rejected by the emulated cuBLAS (see its message on stderr)";
+}
+
+// ---- NCCL -----------------------------------------------------------------------------------
+#if ANTDT_HAVE_NCCL
+
+ncclResult_t ncclGetVersion(int* version) {
+  *version = NCCL_VERSION_CODE;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
+  std::memset(id, 0, sizeof *id);
+  const auto seed = static_cast<std::uint32_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
+                    static_cast<std::uint32_t>(getpid());
+  std::memcpy(id->internal, &seed, sizeof seed);
+  std::snprintf(id->internal + sizeof seed, sizeof id->internal - sizeof seed, "antdt-emulated");
+  return ncclSuccess;
+}
+
+// Collective over MPI_COMM_WORLD: the communicator is the world split by the id.
+ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank) {
+  if (std::strcmp(id.internal + sizeof(std::uint32_t), "antdt-emulated") != 0) return ncclInvalidArgument;
+  std::uint32_t seed = 0;
+  std::memcpy(&seed, id.internal, sizeof seed);
+  MPI_Comm split = MPI_COMM_NULL;
+  if (MPI_Comm_split(MPI_COMM_WORLD, static_cast<int>(seed & 0x7fffffffU), rank, &split) != MPI_SUCCESS) {
+    return ncclSystemError;
+  }
+  int size = 0, me = 0;
+  MPI_Comm_size(split, &size);
+  MPI_Comm_rank(split, &me);
+  if (size != nranks || me != rank) {
+    MPI_Comm_free(&split);
+    return ncclInvalidArgument;
+  }
+  *comm = new ncclComm{split, t_device};
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized == 0) MPI_Comm_free(&comm->comm);
+  delete comm;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclAllReduce(const void* send, void* recv, std::size_t count, ncclDataType_t type, ncclRedOp_t op,
+                           ncclComm_t comm, cudaStream_t stream) {
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  if (type != ncclFloat || op != ncclSum || !stream_ok(s, stream)) {
+    reject(s, "ncclAllReduce", "only float sums on a live stream are emulated");
+    return ncclInvalidArgument;
+  }
+  if (comm->device != t_device) {
+    reject(s, "ncclAllReduce",
+           "communicator of device " + std::to_string(comm->device) + " used on device " + std::to_string(t_device));
+    return ncclInvalidUsage;
+  }
+  const std::size_t bytes = count * sizeof(float);
+  if (!all_ok(s, "ncclAllReduce", device_range(s, send, bytes, "send buffer"),
+              device_range(s, recv, bytes, "receive buffer"))) {
+    return ncclInvalidArgument;
+  }
+  DeviceAccess access(s);
+  const int rc =
+      MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, static_cast<int>(count), MPI_FLOAT, MPI_SUM, comm->comm);
+  return rc == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
+}
+
+const char* ncclGetErrorString(ncclResult_t result) {
+  return result == ncclSuccess ? "no error" : "rejected by the emulated NCCL (see its message on stderr)";
+}
+
+#endif  // ANTDT_HAVE_NCCL
+}  // extern "C"
+
+// ---- the launchers of kernels/cuda/mlp_kernels.hpp -----------------------------------------
+namespace antdt::cuda {
+namespace {
+
+std::size_t floats(std::int64_t count) { return static_cast<std::size_t>(count) * sizeof(float); }
+
+template <class... Checks>
+cudaError_t launch_checks(State& s, const char* kernel, cudaStream_t stream, const Checks&... checks) {
+  if (!stream_ok(s, stream)) {
+    reject(s, kernel, "invalid stream");
+    return cudaErrorInvalidResourceHandle;
+  }
+  return all_ok(s, kernel, checks...) ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+}  // namespace
+
+cudaError_t bias_activation(cudaStream_t stream, float* z, const float* b, std::int64_t n, std::int64_t width,
+                            bool relu) {
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  if (n * width == 0) return cudaSuccess;
+  const cudaError_t e = launch_checks(s, "bias_activation", stream, device_range(s, z, floats(n * width), "z"),
+                                      device_range(s, b, floats(width), "b"));
+  if (e != cudaSuccess) return e;
+  DeviceAccess access(s);
+  for (std::int64_t i = 0; i < n * width; ++i) math::bias_activation(z, b, i, width, relu);
+  return cudaSuccess;
+}
+
+cudaError_t softmax_cross_entropy(cudaStream_t stream, float* logits, const std::int32_t* labels, std::int64_t n,
+                                  std::int64_t classes, bool write_gradient, double* loss_sum,
+                                  unsigned long long* correct) {
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  if (n == 0) return cudaSuccess;
+  const cudaError_t e =
+      launch_checks(s, "softmax_cross_entropy", stream, device_range(s, logits, floats(n * classes), "logits"),
+                    device_range(s, labels, static_cast<std::size_t>(n) * sizeof(std::int32_t), "labels"),
+                    device_range(s, loss_sum, sizeof(double), "loss_sum"),
+                    device_range(s, correct, sizeof(unsigned long long), "correct"));
+  if (e != cudaSuccess) return e;
+  DeviceAccess access(s);
+  double loss = 0.0;
+  unsigned int hits = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (labels[i] < 0 || labels[i] >= classes) {
+      reject(s, "softmax_cross_entropy",
+             "label " + std::to_string(labels[i]) + " of row " + std::to_string(i) + " is outside [0, " +
+                 std::to_string(classes) +
+                 "): the kernel would read "
+                 "out of bounds");
+      return cudaErrorInvalidValue;
+    }
+    math::softmax_cross_entropy_row(logits + i * classes, classes, labels[i], write_gradient, loss, hits);
+  }
+  *loss_sum += loss;
+  *correct += hits;
+  return cudaSuccess;
+}
+
+cudaError_t relu_mask(cudaStream_t stream, float* delta, const float* activation, std::int64_t count) {
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  if (count == 0) return cudaSuccess;
+  const cudaError_t e = launch_checks(s, "relu_mask", stream, device_range(s, delta, floats(count), "delta"),
+                                      device_range(s, activation, floats(count), "activation"));
+  if (e != cudaSuccess) return e;
+  DeviceAccess access(s);
+  for (std::int64_t i = 0; i < count; ++i) math::relu_mask(delta, activation, i);
+  return cudaSuccess;
+}
+
+cudaError_t add_to_scalar(cudaStream_t stream, float* slot, float value) {
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  const cudaError_t e = launch_checks(s, "add_to_scalar", stream, device_range(s, slot, sizeof(float), "slot"));
+  if (e != cudaSuccess) return e;
+  DeviceAccess access(s);
+  *slot += value;
+  return cudaSuccess;
+}
+
+cudaError_t fill(cudaStream_t stream, float* x, float value, std::int64_t count) {
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  if (count == 0) return cudaSuccess;
+  const cudaError_t e = launch_checks(s, "fill", stream, device_range(s, x, floats(count), "x"));
+  if (e != cudaSuccess) return e;
+  DeviceAccess access(s);
+  for (std::int64_t i = 0; i < count; ++i) x[i] = value;
+  return cudaSuccess;
+}
+
+cudaError_t sgd_step(cudaStream_t stream, float* p, float* momentum, const float* grad_sum, std::int64_t count,
+                     float inv_count, float lr, float mu, float wd) {
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  if (count == 0) return cudaSuccess;
+  const cudaError_t e = launch_checks(s, "sgd_step", stream, device_range(s, p, floats(count), "parameters"),
+                                      device_range(s, momentum, floats(count), "momentum"),
+                                      device_range(s, grad_sum, floats(count), "gradient sums"));
+  if (e != cudaSuccess) return e;
+  DeviceAccess access(s);
+  for (std::int64_t i = 0; i < count; ++i) math::sgd(p, momentum, grad_sum, i, inv_count, lr, mu, wd);
+  return cudaSuccess;
+}
+
+cudaError_t adam_step(cudaStream_t stream, float* p, float* m, float* v, const float* grad_sum, std::int64_t count,
+                      float inv_count, float lr, float beta1, float beta2, float eps, float wd, float bias_correction1,
+                      float bias_correction2) {
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  if (count == 0) return cudaSuccess;
+  const cudaError_t e = launch_checks(s, "adam_step", stream, device_range(s, p, floats(count), "parameters"),
+                                      device_range(s, m, floats(count), "first moments"),
+                                      device_range(s, v, floats(count), "second moments"),
+                                      device_range(s, grad_sum, floats(count), "gradient sums"));
+  if (e != cudaSuccess) return e;
+  DeviceAccess access(s);
+  for (std::int64_t i = 0; i < count; ++i) {
+    math::adam(p, m, v, grad_sum, i, inv_count, lr, beta1, beta2, eps, wd, bias_correction1, bias_correction2);
+  }
+  return cudaSuccess;
+}
+
+}  // namespace antdt::cuda

@@ -1,0 +1,37 @@
+// The emulated CUDA device of the tests (emulated_cuda.cpp): what it is, and its introspection.
+//
+// libantdt_emulated_cuda is libantdt built from the same sources, except that the CUDA
+// runtime, cuBLAS, NCCL and the launchers of kernels/cuda/mlp_kernels.cu are replaced by a
+// host emulation. It lets the CUDA backend's host code (cuBLAS argument conventions, buffer
+// sizes, copy directions, device guards, the staged and NCCL reducers, and the Session and
+// antdt-train on a "cuda" device) run on machines without a GPU, against the same test bodies
+// as the host backend. What it checks, beyond computing the right numbers:
+//   - device memory is inaccessible to host code: it is mapped PROT_NONE except while an
+//     emulated API call runs, so a host dereference of a device pointer crashes the test;
+//   - every pointer an API call reads or writes lies inside one live allocation of the right
+//     kind (device or host) and, for device memory, on the current device;
+//   - cuBLAS leading dimensions and sizes are valid, as cuBLAS itself would check.
+// What it cannot check: kernel launch geometry, the loss kernel's shared-memory block
+// reduction, asynchrony (everything runs synchronously), and performance. perf/gpu-check.sh
+// covers those on a real GPU.
+//
+// Devices: ANTDT_EMULATED_CUDA_DEVICES (default 1) emulated devices per process, each with
+// 4 GiB. NCCL communicators are MPI communicators split from MPI_COMM_WORLD, so every world
+// rank must create its communicator together (true of antdt's reducer).
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace antdt::emulated_cuda {
+
+// Live device allocations and their bytes, over all emulated devices.
+[[nodiscard]] std::size_t live_allocations();
+[[nodiscard]] std::size_t live_bytes();
+
+// Number of API calls rejected so far (invalid pointer, size, direction, handle...), and
+// the message of the last one.
+[[nodiscard]] std::size_t rejected_calls();
+[[nodiscard]] std::string last_rejection();
+
+}  // namespace antdt::emulated_cuda

@@ -1,0 +1,170 @@
+// The emulated CUDA device checks what it claims to (emulated_cuda.hpp): host code cannot touch
+// device memory, bad pointers, sizes, directions and devices are refused, its GEMMs compute
+// the right numbers, and the CUDA model returns every byte it allocates.
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <csetjmp>
+#include <csignal>
+#include <cstdlib>
+#include <vector>
+
+#include "antdt/device.hpp"
+#include "antdt/error.hpp"
+#include "antdt/model.hpp"
+#include "compute_test_support.hpp"
+#include "emulated_cuda.hpp"
+
+namespace {
+
+sigjmp_buf g_jump;
+void on_fault(int) { siglongjmp(g_jump, 1); }
+
+// True when reading *p from host code faults.
+bool host_read_faults(const volatile float* p) {
+  struct sigaction fault {
+  }, old_segv{}, old_bus{};
+  fault.sa_handler = on_fault;
+  sigemptyset(&fault.sa_mask);
+  sigaction(SIGSEGV, &fault, &old_segv);
+  sigaction(SIGBUS, &fault, &old_bus);
+  volatile bool faulted = true;  // volatile: it must survive the siglongjmp
+  if (sigsetjmp(g_jump, 1) == 0) {
+    (void)*p;
+    faulted = false;
+  }
+  sigaction(SIGSEGV, &old_segv, nullptr);
+  sigaction(SIGBUS, &old_bus, nullptr);
+  return faulted;
+}
+
+float* device_floats(std::size_t n) {
+  void* p = nullptr;
+  EXPECT_EQ(cudaMalloc(&p, n * sizeof(float)), cudaSuccess);
+  return static_cast<float*>(p);
+}
+
+TEST(EmulatedCuda, HostCodeCannotTouchDeviceMemory) {
+  float* d = device_floats(16);
+  ASSERT_NE(d, nullptr);
+  EXPECT_TRUE(host_read_faults(d)) << "a host read of device memory must fault, as on a GPU";
+  std::vector<float> h(16, 2.5f), back(16, 0.0f);
+  ASSERT_EQ(cudaMemcpy(d, h.data(), 16 * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(back.data(), d, 16 * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(back, h) << "the API itself can read and write it";
+  EXPECT_TRUE(host_read_faults(d)) << "and it is inaccessible again afterwards";
+  EXPECT_FALSE(host_read_faults(h.data()));
+  ASSERT_EQ(cudaFree(d), cudaSuccess);
+}
+
+TEST(EmulatedCuda, RefusesWrongDirectionsAndOverruns) {
+  float* d = device_floats(8);
+  std::vector<float> h(16, 1.0f);
+  const std::size_t before = antdt::emulated_cuda::rejected_calls();
+  EXPECT_EQ(cudaMemcpy(h.data(), h.data() + 8, 8 * sizeof(float), cudaMemcpyHostToDevice), cudaErrorInvalidValue);
+  EXPECT_NE(antdt::emulated_cuda::last_rejection().find("is not device memory"), std::string::npos);
+  EXPECT_EQ(cudaMemcpy(d, h.data(), 8 * sizeof(float), cudaMemcpyDeviceToHost), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaMemcpy(d, h.data(), 9 * sizeof(float), cudaMemcpyHostToDevice), cudaErrorInvalidValue);
+  EXPECT_NE(antdt::emulated_cuda::last_rejection().find("run past the end"), std::string::npos);
+  EXPECT_EQ(cudaMemsetAsync(d + 4, 0, 5 * sizeof(float), nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(cudaFree(d + 1), cudaErrorInvalidValue);
+  EXPECT_EQ(antdt::emulated_cuda::rejected_calls(), before + 5);
+  EXPECT_EQ(cudaMemcpy(d, h.data(), 8 * sizeof(float), cudaMemcpyDefault), cudaSuccess) << "Default infers H2D";
+  ASSERT_EQ(cudaFree(d), cudaSuccess);
+}
+
+TEST(EmulatedCuda, RefusesMemoryOfAnotherDevice) {
+  ASSERT_EQ(setenv("ANTDT_EMULATED_CUDA_DEVICES", "2", 1), 0);
+  ASSERT_EQ(cudaSetDevice(1), cudaSuccess);
+  float* on_1 = device_floats(4);
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  std::vector<float> h(4, 0.0f);
+  EXPECT_EQ(cudaMemcpy(h.data(), on_1, 4 * sizeof(float), cudaMemcpyDeviceToHost), cudaErrorInvalidValue);
+  EXPECT_NE(antdt::emulated_cuda::last_rejection().find("is on device 1 but device 0 is current"), std::string::npos);
+  EXPECT_EQ(cudaSetDevice(2), cudaErrorInvalidDevice);
+  ASSERT_EQ(cudaFree(on_1), cudaSuccess);
+  ASSERT_EQ(unsetenv("ANTDT_EMULATED_CUDA_DEVICES"), 0);
+}
+
+// Column-major C (m x n) = op(A) op(B), checked against a loop, for all four transpose pairs.
+TEST(EmulatedCuda, SgemmComputesAndChecksLeadingDimensions) {
+  const int m = 3, n = 4, k = 5, ld = 7;  // padded leading dimensions
+  cublasHandle_t h = nullptr;
+  ASSERT_EQ(cublasCreate(&h), CUBLAS_STATUS_SUCCESS);
+  std::vector<float> a(static_cast<std::size_t>(ld * 7)), b(a.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    a[i] = static_cast<float>(i % 11) - 5.0f;
+    b[i] = static_cast<float>(i % 7) * 0.5f;
+  }
+  float* da = device_floats(a.size());
+  float* db = device_floats(b.size());
+  float* dc = device_floats(static_cast<std::size_t>(ld * n));
+  ASSERT_EQ(cudaMemcpy(da, a.data(), a.size() * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(db, b.data(), b.size() * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+  const float one = 1.0f, zero = 0.0f;
+  for (const bool ta : {false, true}) {
+    for (const bool tb : {false, true}) {
+      ASSERT_EQ(cublasSgemm(h, ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &one, da, ld,
+                            db, ld, &zero, dc, ld),
+                CUBLAS_STATUS_SUCCESS);
+      std::vector<float> c(static_cast<std::size_t>(ld * n));
+      ASSERT_EQ(cudaMemcpy(c.data(), dc, c.size() * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+      for (int j = 0; j < n; ++j) {
+        for (int i = 0; i < m; ++i) {
+          double want = 0.0;
+          for (int p = 0; p < k; ++p) {
+            const float av = ta ? a[static_cast<std::size_t>(p + i * ld)] : a[static_cast<std::size_t>(i + p * ld)];
+            const float bv = tb ? b[static_cast<std::size_t>(j + p * ld)] : b[static_cast<std::size_t>(p + j * ld)];
+            want += static_cast<double>(av) * bv;
+          }
+          EXPECT_NEAR(c[static_cast<std::size_t>(i + j * ld)], want, 1e-4) << "ta=" << ta << " tb=" << tb;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, da, m - 1, db, ld, &zero, dc, ld),
+            CUBLAS_STATUS_INVALID_VALUE)
+      << "lda < m";
+  EXPECT_EQ(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, m, 8, k, &one, da, ld, db, ld, &zero, dc, ld),
+            CUBLAS_STATUS_INVALID_VALUE)
+      << "B and C have too few columns for n = 8";
+  EXPECT_NE(antdt::emulated_cuda::last_rejection().find("run past the end"), std::string::npos);
+  std::vector<float> host_a(a);
+  EXPECT_EQ(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, host_a.data(), ld, db, ld, &zero, dc, ld),
+            CUBLAS_STATUS_INVALID_VALUE)
+      << "A in host memory";
+  ASSERT_EQ(cublasDestroy(h), CUBLAS_STATUS_SUCCESS);
+  for (float* p : {da, db, dc}) ASSERT_EQ(cudaFree(p), cudaSuccess);
+}
+
+TEST(EmulatedCuda, CudaModelRunsWithoutRejectionsAndFreesEverything) {
+  using namespace antdt;
+  const std::size_t allocations = emulated_cuda::live_allocations();
+  const std::size_t rejected = emulated_cuda::rejected_calls();
+  {
+    const DeviceInfo dev = select_device(0, DevicePreference::cuda);
+    ASSERT_EQ(dev.backend, Backend::cuda);
+    EXPECT_NE(dev.name.find("emulated"), std::string::npos) << dev.name;
+    MlpConfig cfg;
+    cfg.layers = {6, 12, 3};
+    cfg.optimizer = OptimizerKind::adam;
+    auto model = make_mlp(cfg, dev);
+    EXPECT_GT(emulated_cuda::live_bytes(), 0u);
+    EXPECT_TRUE(host_read_faults(model->gradient_buffer())) << "the gradient buffer lives on the device";
+    const test::Samples data = test::gaussian_clusters(50, 6, 3, 3.0, 5);
+    for (int step = 0; step < 3; ++step) {
+      model->zero_gradients();
+      (void)accumulate_micro_batches(*model, data.x(0), data.y(0), 50, 16);
+      model->apply_update();
+    }
+    EXPECT_EQ(model->optimizer_steps(), 3);
+    std::vector<std::int32_t> bad(data.labels.begin(), data.labels.begin() + 4);
+    bad[2] = 3;
+    EXPECT_THROW((void)model->accumulate(data.x(0), bad.data(), 4), UsageError) << "labels are checked before launch";
+  }
+  EXPECT_EQ(emulated_cuda::rejected_calls(), rejected) << emulated_cuda::last_rejection();
+  EXPECT_EQ(emulated_cuda::live_allocations(), allocations) << "the model's RAII owners free every buffer";
+}
+
+}  // namespace
