@@ -8,7 +8,10 @@
 #     step vs reference, learning) and step throughput + GEMM TFLOP/s vs bare cuBLAS.
 #  3. Plan B (only when MPI, parallel HDF5 and GoogleTest are present): CMake build of the
 #     library and the compute tests for this architecture, and ctest -L compute (the CUDA test
-#     instantiations, host/CUDA agreement, NCCL at one rank, staged MPI at two ranks).
+#     instantiations, host/CUDA agreement, NCCL at one rank, staged MPI at two ranks, and the
+#     fat binary's contents).
+#  4. Plan C (plan B's build, plus CLI11): antdt-train on the GPU, 2 ranks sharing it, one
+#     emulated at half speed (one GPU cannot show mixed generations): static vs dd efficiency.
 # Exit status: non-zero when a check that ran failed. Steps that cannot run say why.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -63,11 +66,43 @@ elif command -v cmake >/dev/null && command -v mpicxx >/dev/null && command -v h
         -DANTDT_CUDA_ARCHITECTURES=$ARCH -DANTDT_ENABLE_KOKKOS=OFF -DANTDT_BUILD_APPS=OFF -DANTDT_BUILD_PERF=OFF \
         > '$OUT/cmake.log' 2>&1 && ninja -C '$B' test_compute_model test_compute_reduce > '$OUT/ninja.log' 2>&1"; then
     (cd "$B" && timeout 60 ctest -L compute --output-on-failure) || status=1
+    plan_c=1
   else
     echo "  FAILED or timed out: see $OUT/cmake.log and $OUT/ninja.log"; tail -20 "$OUT/ninja.log" 2>/dev/null; status=1
   fi
 else
   echo "  SKIPPED: needs cmake, MPI (mpicxx), parallel HDF5 (h5pcc) and GoogleTest; plan A covered the CUDA model"
+fi
+echo "== plan C: antdt-train on the GPU, 2 ranks, rank 1 EMULATED at half speed, static vs dd"
+left=$((290 - (SECONDS - t0)))
+if [ -z "${plan_c:-}" ]; then
+  echo "  SKIPPED: needs plan B's build"
+elif [ ! -e /usr/include/CLI/CLI.hpp ]; then
+  echo "  SKIPPED: CLI11 (CLI/CLI.hpp) is missing, so the apps cannot be built"
+elif [ "$left" -lt 60 ]; then
+  echo "  SKIPPED: only $left s left of the 5-minute budget"
+elif timeout 120 bash -c "cmake -DANTDT_BUILD_APPS=ON '$B' >> '$OUT/cmake.log' 2>&1 && \
+        ninja -C '$B' antdt-train antdt-datagen >> '$OUT/ninja.log' 2>&1"; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 ANTDT_LOG_LEVEL=warn
+  # GEMM work per step (6 x batch x parameters) well above the staged reduction of the
+  # gradients (both ranks share the GPU, so NCCL is refused) and the HDF5 reads.
+  layers=${PLAN_C_LAYERS:-256,2048,2048,10}
+  "$B/apps/antdt-datagen" -o "$OUT/train.h5" --samples 65536 --dim "${layers%%,*}" --classes 10 > /dev/null || status=1
+  for policy in static dd; do
+    timeout 60 mpirun -np 2 "$B/apps/antdt-train" --data "$OUT/train.h5" --layers "$layers" \
+      --global-batch "${PLAN_C_BATCH:-16384}" --steps "${PLAN_C_STEPS:-40}" --device "${PLAN_C_DEVICE:-cuda}" \
+      --emulate-speed 1,0.5 --policy "$policy" --quiet --summary-json "$OUT/plan-c-$policy.json" || status=1
+  done
+  python3 - "$OUT/plan-c-static.json" "$OUT/plan-c-dd.json" <<'PY' || status=1
+import json, sys
+s, d = (json.load(open(p)) for p in sys.argv[1:3])
+for name, r in (("static", s), ("dd", d)):
+    print(f"  {name:>6}: {r['device']}, reducer {r['reducer']}, {r['throughput']:9.0f} samples/s, "
+          f"efficiency {r['efficiency']:.3f}, split {r['final_split']}, duplicated {r['duplicated_samples']}")
+print(f"  dd / static throughput {d['throughput'] / s['throughput']:.2f}x (limit 1.5x for speeds 1, 0.5)")
+PY
+else
+  echo "  FAILED to build the apps: see $OUT/ninja.log"; status=1
 fi
 echo "== done in $((SECONDS - t0)) s, status $status"
 exit $status
