@@ -17,14 +17,17 @@
 namespace antdt {
 
 // Sums a float buffer across all ranks of the communicator, in place. Collective; every rank
-// passes the same count. The caller finishes writing the buffer first (Model::synchronize()).
-// The communicator is not owned and must outlive the reducer.
+// passes the same count. A device buffer is reduced after all work already queued on the
+// device's blocking streams (the Model's stream is one), so queued gradient work need not be
+// waited for first; Model::synchronize() before the call is harmless. The communicator is not
+// owned and must outlive the reducer.
 class GradientReducer {
  public:
   virtual ~GradientReducer() = default;
   [[nodiscard]] virtual std::string_view name() const = 0;  // "mpi" or "nccl"
-  // buffer: host memory for a host device; device memory for a CUDA device (NCCL directly,
-  // or MPI staged through pinned host memory). Returns when the result is in `buffer`.
+  // buffer: host memory for a host device; device memory for a CUDA device (NCCL on the
+  // legacy default stream, or MPI staged through a host copy made by a synchronous
+  // cudaMemcpy). Returns when the result is in `buffer`.
   virtual void allreduce_sum(float* buffer, std::int64_t count) = 0;
 };
 

@@ -1,6 +1,7 @@
 // NCCL reduction of a device gradient buffer. The NCCL communicator is bootstrapped over the
 // antdt communicator: rank 0 creates the unique id and broadcasts it, then every rank joins
 // with ncclCommInitRank (collective). It mirrors the MPI communicator's ranks and size.
+#include <cuda_runtime.h>
 #include <nccl.h>
 
 #include <string>
@@ -36,22 +37,25 @@ class NcclCommunicator {
 
 class NcclReducer final : public GradientReducer {
  public:
-  NcclReducer(const Communicator& comm, int device) : device_(device), guard_(device), nccl_(comm, device) {}
+  NcclReducer(const Communicator& comm, int device) : device_(device), nccl_(comm, device) {}
 
   [[nodiscard]] std::string_view name() const override { return "nccl"; }
 
+  // Enqueued on the legacy default stream, which waits for all work queued on the device's
+  // blocking streams (the model's stream is one). So the reduction reads finished gradients
+  // even when the caller did not call Model::synchronize(), as on a rank whose only work this
+  // step was zero_gradients(), an asynchronous memset. On a private stream it would race.
   void allreduce_sum(float* buffer, std::int64_t count) override {
     if (count < 0) throw UsageError("allreduce_sum: negative count");
     cuda::DeviceGuard guard(device_);
+    cudaStream_t legacy = nullptr;
     ANTDT_CHECK_NCCL(
-        ncclAllReduce(buffer, buffer, static_cast<std::size_t>(count), ncclFloat, ncclSum, nccl_.get(), stream_.get()));
-    stream_.synchronize();
+        ncclAllReduce(buffer, buffer, static_cast<std::size_t>(count), ncclFloat, ncclSum, nccl_.get(), legacy));
+    ANTDT_CHECK_CUDA(cudaStreamSynchronize(legacy));
   }
 
  private:
   int device_;
-  cuda::DeviceGuard guard_;  // the stream below is created on device_
-  cuda::Stream stream_;
   NcclCommunicator nccl_;
 };
 

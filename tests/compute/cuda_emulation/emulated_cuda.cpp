@@ -21,6 +21,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "antdt/config.hpp"
 #include "cuda/mlp_kernel_math.hpp"
@@ -53,9 +54,11 @@ namespace {
 constexpr std::size_t kDeviceMemory = std::size_t{4} << 30;
 
 struct Allocation {
+  std::uintptr_t base = 0;
   std::size_t bytes = 0;   // as requested
   std::size_t mapped = 0;  // rounded up to pages
   int device = 0;
+  std::optional<cudaStream_t> pending_writer;  // its last write, while not yet ordered before other streams
 };
 
 struct State {
@@ -94,44 +97,26 @@ std::string hex(const void* p) {
   return buf;
 }
 
-// The allocation (base address and record) holding address p, or nullptr.
-const std::pair<const std::uintptr_t, Allocation>* find(State& s, const void* p) {
+// The allocation holding address p, or nullptr.
+Allocation* find(State& s, const void* p) {
   const auto a = reinterpret_cast<std::uintptr_t>(p);
   auto it = s.allocations.upper_bound(a);
   if (it == s.allocations.begin()) return nullptr;
   --it;
-  return a < it->first + it->second.bytes ? &*it : nullptr;
-}
-
-// "" when [p, p + bytes) is inside one live allocation on the current device.
-std::string device_range(State& s, const void* p, std::size_t bytes, const char* what) {
-  if (bytes == 0) return "";
-  const auto* found = find(s, p);
-  if (found == nullptr) return std::string(what) + " " + hex(p) + " is not device memory";
-  const std::uintptr_t start = found->first;
-  const Allocation* al = &found->second;
-  const auto base = reinterpret_cast<std::uintptr_t>(p);
-  if (base + bytes > start + al->bytes) {
-    return std::string(what) + " " + hex(p) + ": " + std::to_string(bytes) + " bytes run past the end of its " +
-           std::to_string(al->bytes) + "-byte allocation (offset " + std::to_string(base - start) + ")";
-  }
-  if (al->device != t_device) {
-    return std::string(what) + " " + hex(p) + " is on device " + std::to_string(al->device) + " but device " +
-           std::to_string(t_device) + " is current";
-  }
-  return "";
-}
-
-std::string host_range(State& s, const void* p, std::size_t bytes, const char* what) {
-  if (bytes == 0) return "";
-  if (p == nullptr) return std::string(what) + " is null";
-  if (find(s, p) != nullptr) return std::string(what) + " " + hex(p) + " is device memory, not host memory";
-  return "";
+  return a < it->first + it->second.bytes ? &it->second : nullptr;
 }
 
 bool stream_ok(State& s, cudaStream_t stream) {
   return stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread ||
          s.streams.count(stream) > 0;
+}
+
+// The legacy default stream waits for all work of the device's blocking streams, and they wait
+// for it (every stream antdt creates is blocking).
+bool is_legacy(cudaStream_t stream) { return stream == nullptr || stream == cudaStreamLegacy; }
+
+std::string stream_name(cudaStream_t stream) {
+  return is_legacy(stream) ? "the legacy stream" : "stream " + hex(stream);
 }
 
 // Device memory is PROT_NONE except inside one of these: only emulated API calls touch it.
@@ -151,17 +136,81 @@ class DeviceAccess {
   State& s_;
 };
 
-// Checks ranges; on the first failure rejects and returns false.
-template <class... Checks>
-bool all_ok(State& s, const char* api, const Checks&... checks) {
-  for (const std::string& why : {checks...}) {
-    if (!why.empty()) {
-      reject(s, api, why);
-      return false;
-    }
+enum class Use { read, write };
+
+// One emulated API call that enqueues work on `stream`: declare the memory it reads and writes,
+// check(), run the work, then commit(). The checks are those of emulated_cuda.hpp, plus stream
+// order: work on a stream must not touch device memory whose last write was queued on another
+// stream and not yet ordered before it (a stream synchronisation, or the legacy stream). The
+// emulator runs everything at once, so such a race would pass unnoticed otherwise; on a GPU it
+// reads stale or half-written data.
+class Call {
+ public:
+  Call(State& s, const char* api, cudaStream_t stream) : s_(s), api_(api), stream_(stream) {
+    if (!stream_ok(s, stream)) fail("invalid stream " + hex(stream));
   }
-  return true;
-}
+
+  Call& device(const void* p, std::size_t bytes, const char* what, Use use) {
+    if (bytes == 0 || !error_.empty()) return *this;
+    Allocation* al = find(s_, p);
+    if (al == nullptr) return fail(std::string(what) + " " + hex(p) + " is not device memory");
+    const auto base = reinterpret_cast<std::uintptr_t>(p), start = al->base;
+    if (base + bytes > start + al->bytes) {
+      return fail(std::string(what) + " " + hex(p) + ": " + std::to_string(bytes) + " bytes run past the end of its " +
+                  std::to_string(al->bytes) + "-byte allocation (offset " + std::to_string(base - start) + ")");
+    }
+    if (al->device != t_device) {
+      return fail(std::string(what) + " " + hex(p) + " is on device " + std::to_string(al->device) + " but device " +
+                  std::to_string(t_device) + " is current");
+    }
+    if (!is_legacy(stream_) && al->pending_writer.has_value() && *al->pending_writer != stream_) {
+      return fail(std::string(what) + " " + hex(p) + " was written by work on " + stream_name(*al->pending_writer) +
+                  " that is not ordered before this call on " + stream_name(stream_) +
+                  " (synchronise that stream first): a race on a GPU");
+    }
+    if (use == Use::write) written_.push_back(al);
+    return *this;
+  }
+
+  Call& host(const void* p, std::size_t bytes, const char* what) {
+    if (bytes == 0 || !error_.empty()) return *this;
+    if (p == nullptr) return fail(std::string(what) + " is null");
+    if (find(s_, p) != nullptr) return fail(std::string(what) + " " + hex(p) + " is device memory, not host memory");
+    return *this;
+  }
+
+  Call& expect(bool condition, const std::string& why) { return condition ? *this : fail(why); }
+
+  // False (and the call is rejected) when any declaration failed.
+  bool check() {
+    if (error_.empty()) return true;
+    reject(s_, api_, error_);
+    return false;
+  }
+
+  // The work is done: a legacy-stream call has waited for every stream and is itself ordered
+  // before all later work; other calls leave their writes pending on their stream.
+  void commit() {
+    if (is_legacy(stream_)) {
+      for (auto& [base, a] : s_.allocations) {
+        if (a.device == t_device) a.pending_writer.reset();
+      }
+      return;
+    }
+    for (Allocation* a : written_) a->pending_writer = stream_;
+  }
+
+ private:
+  Call& fail(std::string why) {
+    if (error_.empty()) error_ = std::move(why);
+    return *this;
+  }
+  State& s_;
+  const char* api_;
+  cudaStream_t stream_;
+  std::string error_;
+  std::vector<Allocation*> written_;
+};
 
 std::size_t page() { return static_cast<std::size_t>(sysconf(_SC_PAGESIZE)); }
 
@@ -279,11 +328,13 @@ cudaError_t cudaMalloc(void** ptr, std::size_t bytes) {
   const std::size_t mapped = (bytes + page() - 1) / page() * page();
   void* p = mmap(nullptr, mapped, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) return cudaErrorMemoryAllocation;
-  s.allocations[reinterpret_cast<std::uintptr_t>(p)] = Allocation{bytes, mapped, t_device};
+  const auto base = reinterpret_cast<std::uintptr_t>(p);
+  s.allocations[base] = Allocation{base, bytes, mapped, t_device, std::nullopt};
   *ptr = p;
   return cudaSuccess;
 }
 
+// cudaFree waits for the device, as the real one does.
 cudaError_t cudaFree(void* ptr) {
   if (ptr == nullptr) return cudaSuccess;
   State& s = state();
@@ -301,27 +352,30 @@ cudaError_t cudaFree(void* ptr) {
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
   State& s = state();
   std::lock_guard lock(s.mutex);
-  if (!stream_ok(s, stream)) {
-    reject(s, "cudaMemcpyAsync", "invalid stream");
-    return cudaErrorInvalidResourceHandle;
-  }
   if (kind == cudaMemcpyDefault) {
     const bool d = find(s, dst) != nullptr, sr = find(s, src) != nullptr;
     kind = d ? (sr ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice)
              : (sr ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost);
   }
-  const bool dst_device = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
-  const bool src_device = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
-  if (!all_ok(s, "cudaMemcpy",
-              dst_device ? device_range(s, dst, bytes, "destination") : host_range(s, dst, bytes, "destination"),
-              src_device ? device_range(s, src, bytes, "source") : host_range(s, src, bytes, "source"))) {
-    return cudaErrorInvalidValue;
+  Call call(s, "cudaMemcpy", stream);
+  if (kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice) {
+    call.device(dst, bytes, "destination", Use::write);
+  } else {
+    call.host(dst, bytes, "destination");
   }
+  if (kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice) {
+    call.device(src, bytes, "source", Use::read);
+  } else {
+    call.host(src, bytes, "source");
+  }
+  if (!call.check()) return cudaErrorInvalidValue;
   DeviceAccess access(s);
   if (bytes > 0) std::memmove(dst, src, bytes);
+  call.commit();
   return cudaSuccess;
 }
 
+// Synchronous: on the legacy stream, and complete on return.
 cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind) {
   return cudaMemcpyAsync(dst, src, bytes, kind, nullptr);
 }
@@ -329,13 +383,11 @@ cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpy
 cudaError_t cudaMemsetAsync(void* ptr, int value, std::size_t bytes, cudaStream_t stream) {
   State& s = state();
   std::lock_guard lock(s.mutex);
-  if (!stream_ok(s, stream)) {
-    reject(s, "cudaMemsetAsync", "invalid stream");
-    return cudaErrorInvalidResourceHandle;
-  }
-  if (!all_ok(s, "cudaMemsetAsync", device_range(s, ptr, bytes, "destination"))) return cudaErrorInvalidValue;
+  Call call(s, "cudaMemsetAsync", stream);
+  if (!call.device(ptr, bytes, "destination", Use::write).check()) return cudaErrorInvalidValue;
   DeviceAccess access(s);
   if (bytes > 0) std::memset(ptr, value, bytes);
+  call.commit();
   return cudaSuccess;
 }
 
@@ -345,13 +397,17 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   return destroy_handle(stream, &State::streams, "cudaStreamDestroy");
 }
 
-// Work runs when it is enqueued, so synchronising only validates the handle.
+// Work runs when it is enqueued; synchronising orders the stream's writes before everything
+// that follows.
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   State& s = state();
   std::lock_guard lock(s.mutex);
   if (!stream_ok(s, stream)) {
     reject(s, "cudaStreamSynchronize", "not a live stream");
     return cudaErrorInvalidResourceHandle;
+  }
+  for (auto& [base, a] : s.allocations) {
+    if (is_legacy(stream) || a.pending_writer == stream) a.pending_writer.reset();
   }
   return cudaSuccess;
 }
@@ -446,22 +502,23 @@ cublasStatus_t cublasSgemm_v2(cublasHandle_t handle, cublasOperation_t transa, c
   if (s.handles.count(handle) == 0) return CUBLAS_STATUS_NOT_INITIALIZED;
   const bool ta = transa != CUBLAS_OP_N, tb = transb != CUBLAS_OP_N;
   const int a_rows = ta ? k : m, a_cols = ta ? m : k, b_rows = tb ? n : k, b_cols = tb ? k : n;
-  if (m < 0 || n < 0 || k < 0 || lda < std::max(1, a_rows) || ldb < std::max(1, b_rows) || ldc < std::max(1, m)) {
-    reject(s, "cublasSgemm",
-           "invalid sizes m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k) +
-               " lda=" + std::to_string(lda) + " ldb=" + std::to_string(ldb) + " ldc=" + std::to_string(ldc));
-    return CUBLAS_STATUS_INVALID_VALUE;
+  Call call(s, "cublasSgemm", handle->stream);
+  call.expect(
+      m >= 0 && n >= 0 && k >= 0 && lda >= std::max(1, a_rows) && ldb >= std::max(1, b_rows) && ldc >= std::max(1, m),
+      "invalid sizes m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k) +
+          " lda=" + std::to_string(lda) + " ldb=" + std::to_string(ldb) + " ldc=" + std::to_string(ldc));
+  call.host(alpha, sizeof(float), "alpha").host(beta, sizeof(float), "beta");
+  // The ranges are checked only for valid sizes (Call skips declarations after a failure).
+  call.device(A, matrix_bytes(a_rows, a_cols, lda), "A", Use::read)
+      .device(B, matrix_bytes(b_rows, b_cols, ldb), "B", Use::read)
+      .device(C, matrix_bytes(m, n, ldc), "C", Use::write);
+  if (!call.check()) return CUBLAS_STATUS_INVALID_VALUE;
+  if (m > 0 && n > 0) {
+    DeviceAccess access(s);
+    cblas_sgemm(CblasColMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, *alpha, A, lda,
+                B, ldb, *beta, C, ldc);
   }
-  if (!all_ok(s, "cublasSgemm", host_range(s, alpha, sizeof(float), "alpha"),
-              host_range(s, beta, sizeof(float), "beta"), device_range(s, A, matrix_bytes(a_rows, a_cols, lda), "A"),
-              device_range(s, B, matrix_bytes(b_rows, b_cols, ldb), "B"),
-              device_range(s, C, matrix_bytes(m, n, ldc), "C"))) {
-    return CUBLAS_STATUS_INVALID_VALUE;
-  }
-  if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
-  DeviceAccess access(s);
-  cblas_sgemm(CblasColMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, *alpha, A, lda, B,
-              ldb, *beta, C, ldc);
+  call.commit();
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -472,20 +529,19 @@ cublasStatus_t cublasSgemv_v2(cublasHandle_t handle, cublasOperation_t trans, in
   std::lock_guard lock(s.mutex);
   if (s.handles.count(handle) == 0) return CUBLAS_STATUS_NOT_INITIALIZED;
   const bool t = trans != CUBLAS_OP_N;
-  if (m < 0 || n < 0 || lda < std::max(1, m) || incx == 0 || incy == 0) {
-    reject(s, "cublasSgemv",
-           "invalid sizes m=" + std::to_string(m) + " n=" + std::to_string(n) + " lda=" + std::to_string(lda));
-    return CUBLAS_STATUS_INVALID_VALUE;
+  Call call(s, "cublasSgemv", handle->stream);
+  call.expect(m >= 0 && n >= 0 && lda >= std::max(1, m) && incx != 0 && incy != 0,
+              "invalid sizes m=" + std::to_string(m) + " n=" + std::to_string(n) + " lda=" + std::to_string(lda));
+  call.host(alpha, sizeof(float), "alpha").host(beta, sizeof(float), "beta");
+  call.device(A, matrix_bytes(m, n, lda), "A", Use::read)
+      .device(x, vector_bytes(t ? m : n, incx), "x", Use::read)
+      .device(y, vector_bytes(t ? n : m, incy), "y", Use::write);
+  if (!call.check()) return CUBLAS_STATUS_INVALID_VALUE;
+  if (m > 0 && n > 0) {
+    DeviceAccess access(s);
+    cblas_sgemv(CblasColMajor, t ? CblasTrans : CblasNoTrans, m, n, *alpha, A, lda, x, incx, *beta, y, incy);
   }
-  if (!all_ok(s, "cublasSgemv", host_range(s, alpha, sizeof(float), "alpha"),
-              host_range(s, beta, sizeof(float), "beta"), device_range(s, A, matrix_bytes(m, n, lda), "A"),
-              device_range(s, x, vector_bytes(t ? m : n, incx), "x"),
-              device_range(s, y, vector_bytes(t ? n : m, incy), "y"))) {
-    return CUBLAS_STATUS_INVALID_VALUE;
-  }
-  if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
-  DeviceAccess access(s);
-  cblas_sgemv(CblasColMajor, t ? CblasTrans : CblasNoTrans, m, n, *alpha, A, lda, x, incx, *beta, y, incy);
+  call.commit();
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -555,23 +611,18 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, std::size_t count, nccl
                            ncclComm_t comm, cudaStream_t stream) {
   State& s = state();
   std::lock_guard lock(s.mutex);
-  if (type != ncclFloat || op != ncclSum || !stream_ok(s, stream)) {
-    reject(s, "ncclAllReduce", "only float sums on a live stream are emulated");
-    return ncclInvalidArgument;
-  }
-  if (comm->device != t_device) {
-    reject(s, "ncclAllReduce",
-           "communicator of device " + std::to_string(comm->device) + " used on device " + std::to_string(t_device));
-    return ncclInvalidUsage;
-  }
   const std::size_t bytes = count * sizeof(float);
-  if (!all_ok(s, "ncclAllReduce", device_range(s, send, bytes, "send buffer"),
-              device_range(s, recv, bytes, "receive buffer"))) {
-    return ncclInvalidArgument;
-  }
+  Call call(s, "ncclAllReduce", stream);
+  call.expect(type == ncclFloat && op == ncclSum, "only float sums are emulated")
+      .expect(comm->device == t_device,
+              "communicator of device " + std::to_string(comm->device) + " used on device " + std::to_string(t_device))
+      .device(send, bytes, "send buffer", Use::read)
+      .device(recv, bytes, "receive buffer", Use::write);
+  if (!call.check()) return ncclInvalidArgument;
   DeviceAccess access(s);
   const int rc =
       MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, static_cast<int>(count), MPI_FLOAT, MPI_SUM, comm->comm);
+  call.commit();
   return rc == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
 }
 
@@ -588,15 +639,6 @@ namespace {
 
 std::size_t floats(std::int64_t count) { return static_cast<std::size_t>(count) * sizeof(float); }
 
-template <class... Checks>
-cudaError_t launch_checks(State& s, const char* kernel, cudaStream_t stream, const Checks&... checks) {
-  if (!stream_ok(s, stream)) {
-    reject(s, kernel, "invalid stream");
-    return cudaErrorInvalidResourceHandle;
-  }
-  return all_ok(s, kernel, checks...) ? cudaSuccess : cudaErrorInvalidValue;
-}
-
 }  // namespace
 
 cudaError_t bias_activation(cudaStream_t stream, float* z, const float* b, std::int64_t n, std::int64_t width,
@@ -604,11 +646,13 @@ cudaError_t bias_activation(cudaStream_t stream, float* z, const float* b, std::
   State& s = state();
   std::lock_guard lock(s.mutex);
   if (n * width == 0) return cudaSuccess;
-  const cudaError_t e = launch_checks(s, "bias_activation", stream, device_range(s, z, floats(n * width), "z"),
-                                      device_range(s, b, floats(width), "b"));
-  if (e != cudaSuccess) return e;
+  Call call(s, "bias_activation", stream);
+  if (!call.device(z, floats(n * width), "z", Use::write).device(b, floats(width), "b", Use::read).check()) {
+    return cudaErrorInvalidValue;
+  }
   DeviceAccess access(s);
   for (std::int64_t i = 0; i < n * width; ++i) math::bias_activation(z, b, i, width, relu);
+  call.commit();
   return cudaSuccess;
 }
 
@@ -618,28 +662,29 @@ cudaError_t softmax_cross_entropy(cudaStream_t stream, float* logits, const std:
   State& s = state();
   std::lock_guard lock(s.mutex);
   if (n == 0) return cudaSuccess;
-  const cudaError_t e =
-      launch_checks(s, "softmax_cross_entropy", stream, device_range(s, logits, floats(n * classes), "logits"),
-                    device_range(s, labels, static_cast<std::size_t>(n) * sizeof(std::int32_t), "labels"),
-                    device_range(s, loss_sum, sizeof(double), "loss_sum"),
-                    device_range(s, correct, sizeof(unsigned long long), "correct"));
-  if (e != cudaSuccess) return e;
+  Call call(s, "softmax_cross_entropy", stream);
+  call.device(logits, floats(n * classes), "logits", Use::write)
+      .device(labels, static_cast<std::size_t>(n) * sizeof(std::int32_t), "labels", Use::read)
+      .device(loss_sum, sizeof(double), "loss_sum", Use::write)
+      .device(correct, sizeof(unsigned long long), "correct", Use::write);
+  if (!call.check()) return cudaErrorInvalidValue;
   DeviceAccess access(s);
-  double loss = 0.0;
-  unsigned int hits = 0;
   for (std::int64_t i = 0; i < n; ++i) {
     if (labels[i] < 0 || labels[i] >= classes) {
       reject(s, "softmax_cross_entropy",
              "label " + std::to_string(labels[i]) + " of row " + std::to_string(i) + " is outside [0, " +
-                 std::to_string(classes) +
-                 "): the kernel would read "
-                 "out of bounds");
+                 std::to_string(classes) + "): the kernel would read out of bounds");
       return cudaErrorInvalidValue;
     }
+  }
+  double loss = 0.0;
+  unsigned int hits = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
     math::softmax_cross_entropy_row(logits + i * classes, classes, labels[i], write_gradient, loss, hits);
   }
   *loss_sum += loss;
   *correct += hits;
+  call.commit();
   return cudaSuccess;
 }
 
@@ -647,21 +692,23 @@ cudaError_t relu_mask(cudaStream_t stream, float* delta, const float* activation
   State& s = state();
   std::lock_guard lock(s.mutex);
   if (count == 0) return cudaSuccess;
-  const cudaError_t e = launch_checks(s, "relu_mask", stream, device_range(s, delta, floats(count), "delta"),
-                                      device_range(s, activation, floats(count), "activation"));
-  if (e != cudaSuccess) return e;
+  Call call(s, "relu_mask", stream);
+  call.device(delta, floats(count), "delta", Use::write).device(activation, floats(count), "activation", Use::read);
+  if (!call.check()) return cudaErrorInvalidValue;
   DeviceAccess access(s);
   for (std::int64_t i = 0; i < count; ++i) math::relu_mask(delta, activation, i);
+  call.commit();
   return cudaSuccess;
 }
 
 cudaError_t add_to_scalar(cudaStream_t stream, float* slot, float value) {
   State& s = state();
   std::lock_guard lock(s.mutex);
-  const cudaError_t e = launch_checks(s, "add_to_scalar", stream, device_range(s, slot, sizeof(float), "slot"));
-  if (e != cudaSuccess) return e;
+  Call call(s, "add_to_scalar", stream);
+  if (!call.device(slot, sizeof(float), "slot", Use::write).check()) return cudaErrorInvalidValue;
   DeviceAccess access(s);
   *slot += value;
+  call.commit();
   return cudaSuccess;
 }
 
@@ -669,10 +716,11 @@ cudaError_t fill(cudaStream_t stream, float* x, float value, std::int64_t count)
   State& s = state();
   std::lock_guard lock(s.mutex);
   if (count == 0) return cudaSuccess;
-  const cudaError_t e = launch_checks(s, "fill", stream, device_range(s, x, floats(count), "x"));
-  if (e != cudaSuccess) return e;
+  Call call(s, "fill", stream);
+  if (!call.device(x, floats(count), "x", Use::write).check()) return cudaErrorInvalidValue;
   DeviceAccess access(s);
   for (std::int64_t i = 0; i < count; ++i) x[i] = value;
+  call.commit();
   return cudaSuccess;
 }
 
@@ -681,12 +729,14 @@ cudaError_t sgd_step(cudaStream_t stream, float* p, float* momentum, const float
   State& s = state();
   std::lock_guard lock(s.mutex);
   if (count == 0) return cudaSuccess;
-  const cudaError_t e = launch_checks(s, "sgd_step", stream, device_range(s, p, floats(count), "parameters"),
-                                      device_range(s, momentum, floats(count), "momentum"),
-                                      device_range(s, grad_sum, floats(count), "gradient sums"));
-  if (e != cudaSuccess) return e;
+  Call call(s, "sgd_step", stream);
+  call.device(p, floats(count), "parameters", Use::write)
+      .device(momentum, floats(count), "momentum", Use::write)
+      .device(grad_sum, floats(count), "gradient sums", Use::read);
+  if (!call.check()) return cudaErrorInvalidValue;
   DeviceAccess access(s);
   for (std::int64_t i = 0; i < count; ++i) math::sgd(p, momentum, grad_sum, i, inv_count, lr, mu, wd);
+  call.commit();
   return cudaSuccess;
 }
 
@@ -696,15 +746,17 @@ cudaError_t adam_step(cudaStream_t stream, float* p, float* m, float* v, const f
   State& s = state();
   std::lock_guard lock(s.mutex);
   if (count == 0) return cudaSuccess;
-  const cudaError_t e = launch_checks(s, "adam_step", stream, device_range(s, p, floats(count), "parameters"),
-                                      device_range(s, m, floats(count), "first moments"),
-                                      device_range(s, v, floats(count), "second moments"),
-                                      device_range(s, grad_sum, floats(count), "gradient sums"));
-  if (e != cudaSuccess) return e;
+  Call call(s, "adam_step", stream);
+  call.device(p, floats(count), "parameters", Use::write)
+      .device(m, floats(count), "first moments", Use::write)
+      .device(v, floats(count), "second moments", Use::write)
+      .device(grad_sum, floats(count), "gradient sums", Use::read);
+  if (!call.check()) return cudaErrorInvalidValue;
   DeviceAccess access(s);
   for (std::int64_t i = 0; i < count; ++i) {
     math::adam(p, m, v, grad_sum, i, inv_count, lr, beta1, beta2, eps, wd, bias_correction1, bias_correction2);
   }
+  call.commit();
   return cudaSuccess;
 }
 

@@ -10,10 +10,16 @@
 //     emulated API call runs, so a host dereference of a device pointer crashes the test;
 //   - every pointer an API call reads or writes lies inside one live allocation of the right
 //     kind (device or host) and, for device memory, on the current device;
-//   - cuBLAS leading dimensions and sizes are valid, as cuBLAS itself would check.
+//   - cuBLAS leading dimensions and sizes are valid, as cuBLAS itself would check;
+//   - stream order: work queued on one stream must not read or write device memory whose last
+//     write was queued on another stream and is not yet ordered before it (by synchronising
+//     that stream, or by going through the legacy default stream). Everything runs at once
+//     here, so without this check such a race would pass unnoticed; on a GPU it reads stale
+//     or half-written data.
 // What it cannot check: kernel launch geometry, the loss kernel's shared-memory block
-// reduction, asynchrony (everything runs synchronously), and performance. perf/gpu-check.sh
-// covers those on a real GPU.
+// reduction, other hazards of asynchrony (write-after-read across streams; a host buffer
+// reused before its asynchronous copy completes), and performance. perf/gpu-check.sh covers
+// the GPU itself.
 //
 // Devices: ANTDT_EMULATED_CUDA_DEVICES (default 1) emulated devices per process, each with
 // 4 GiB. NCCL communicators are MPI communicators split from MPI_COMM_WORLD, so every world

@@ -10,9 +10,12 @@
 #include <cstdlib>
 #include <vector>
 
+#include "antdt/comm.hpp"
+#include "antdt/config.hpp"
 #include "antdt/device.hpp"
 #include "antdt/error.hpp"
 #include "antdt/model.hpp"
+#include "antdt/reduce.hpp"
 #include "compute_test_support.hpp"
 #include "emulated_cuda.hpp"
 
@@ -85,6 +88,55 @@ TEST(EmulatedCuda, RefusesMemoryOfAnotherDevice) {
   EXPECT_EQ(cudaSetDevice(2), cudaErrorInvalidDevice);
   ASSERT_EQ(cudaFree(on_1), cudaSuccess);
   ASSERT_EQ(unsetenv("ANTDT_EMULATED_CUDA_DEVICES"), 0);
+}
+
+// Stream order: work on one stream must not touch memory another stream wrote until that
+// write is ordered before it (by synchronising the writer, or through the legacy stream).
+TEST(EmulatedCuda, RefusesCrossStreamRacesUntilOrdered) {
+  cudaStream_t a = nullptr, b = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&a), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreate(&b), cudaSuccess);
+  float* d = device_floats(4);
+  std::vector<float> h(4, 0.0f);
+  ASSERT_EQ(cudaMemsetAsync(d, 0, 4 * sizeof(float), a), cudaSuccess);
+  EXPECT_EQ(cudaMemcpyAsync(h.data(), d, 4 * sizeof(float), cudaMemcpyDeviceToHost, b), cudaErrorInvalidValue);
+  EXPECT_NE(antdt::emulated_cuda::last_rejection().find("not ordered before this call"), std::string::npos);
+  EXPECT_EQ(cudaMemcpyAsync(h.data(), d, 4 * sizeof(float), cudaMemcpyDeviceToHost, a), cudaSuccess)
+      << "the writer's own stream is ordered";
+  ASSERT_EQ(cudaStreamSynchronize(a), cudaSuccess);
+  EXPECT_EQ(cudaMemcpyAsync(h.data(), d, 4 * sizeof(float), cudaMemcpyDeviceToHost, b), cudaSuccess)
+      << "after the writer is synchronised";
+  ASSERT_EQ(cudaMemsetAsync(d, 0, 4 * sizeof(float), a), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy(h.data(), d, 4 * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess)
+      << "the legacy stream waits for every blocking stream";
+  EXPECT_EQ(cudaMemsetAsync(d, 0, 4 * sizeof(float), b), cudaSuccess) << "and orders them";
+  ASSERT_EQ(cudaStreamSynchronize(b), cudaSuccess);
+  ASSERT_EQ(cudaFree(d), cudaSuccess);
+  ASSERT_EQ(cudaStreamDestroy(a), cudaSuccess);
+  ASSERT_EQ(cudaStreamDestroy(b), cudaSuccess);
+}
+
+// A rank with no samples this step runs only zero_gradients() (an asynchronous memset on the
+// model's stream) before the reduction. The reducer must still read the zeroed buffer, even
+// when the caller skips Model::synchronize().
+TEST(EmulatedCuda, ReducersOrderAfterTheModelsQueuedWork) {
+  using namespace antdt;
+  const DeviceInfo dev = select_device(0, DevicePreference::cuda);
+  Communicator comm = Communicator::duplicate(MPI_COMM_WORLD);
+  auto reducer = make_reducer(comm, dev);
+  EXPECT_EQ(reducer->name(), ANTDT_HAVE_NCCL ? "nccl" : "mpi") << "one rank on its own device";
+  MlpConfig cfg;
+  cfg.layers = {4, 8, 3};
+  auto model = make_mlp(cfg, dev);
+  const test::Samples data = test::gaussian_clusters(6, 4, 3, 2.0, 1);
+  (void)model->accumulate(data.x(0), data.y(0), 6);  // stale sums a racing reduction would see
+  model->zero_gradients();
+  const std::size_t rejected = emulated_cuda::rejected_calls();
+  EXPECT_NO_THROW(reducer->allreduce_sum(model->gradient_buffer(), model->gradient_count()))
+      << emulated_cuda::last_rejection();
+  EXPECT_EQ(emulated_cuda::rejected_calls(), rejected) << emulated_cuda::last_rejection();
+  const std::vector<float> g = gradient_snapshot(*model);
+  EXPECT_EQ(g.back(), 0.0f) << "the reduced count is this step's, not the stale one";
 }
 
 // Column-major C (m x n) = op(A) op(B), checked against a loop, for all four transpose pairs.
