@@ -265,8 +265,12 @@ void bench(const antdt::DeviceInfo& dev, const std::vector<std::int64_t>& layers
 
 }  // namespace
 
+// antdt-bench-gpu [seconds per shape, default 1] [smoke]
+// "smoke" runs small shapes only: the ctest on the emulated device (tests/compute/
+// cuda_emulation) uses it to run this program's every path on machines without a GPU.
 int main(int argc, char** argv) {
   const double seconds = argc > 1 ? std::atof(argv[1]) : 1.0;
+  const bool smoke = argc > 2 && std::string(argv[2]) == "smoke";
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
     std::printf("antdt-bench-gpu: SKIPPED: no usable CUDA device (cudaGetDeviceCount failed or returned 0)\n");
@@ -290,17 +294,22 @@ int main(int argc, char** argv) {
     const bool ok = self_checks(dev);
     {
       antdt::MlpConfig cfg;
-      cfg.layers = {4096, 8192, 8192, 10};
+      cfg.layers = smoke ? std::vector<std::int64_t>{64, 128, 10} : std::vector<std::int64_t>{4096, 8192, 8192, 10};
       auto m = antdt::make_mlp(cfg, dev);
-      std::printf("micro-batch cap for layers 4096,8192,8192,10 at 0.8 of free memory: %lld samples\n",
-                  static_cast<long long>(antdt::micro_batch_cap(*m, dev)));
+      std::printf("micro-batch cap for layers %s at 0.8 of free memory: %lld samples\n",
+                  smoke ? "64,128,10" : "4096,8192,8192,10", static_cast<long long>(antdt::micro_batch_cap(*m, dev)));
     }
     std::printf("\n%-26s %6s %14s %10s %10s %10s %10s %7s\n", "layers", "batch", "samples/s", "step_ms", "dev_ms",
                 "model_TF/s", "cublas_TF/s", "ratio");
-    bench(dev, {784, 1024, 1024, 10}, 1024, seconds);
-    bench(dev, {1024, 4096, 4096, 10}, 2048, seconds);
-    bench(dev, {4096, 8192, 8192, 10}, 4096, seconds);
-    bench(dev, {4096, 8192, 8192, 10}, 16384, seconds);
+    if (smoke) {
+      bench(dev, {32, 64, 64, 10}, 128, seconds);
+      bench(dev, {64, 128, 10}, 256, seconds);
+    } else {
+      bench(dev, {784, 1024, 1024, 10}, 1024, seconds);
+      bench(dev, {1024, 4096, 4096, 10}, 2048, seconds);
+      bench(dev, {4096, 8192, 8192, 10}, 4096, seconds);
+      bench(dev, {4096, 8192, 8192, 10}, 16384, seconds);
+    }
     std::printf(
         "ratio = model GEMM TFLOP/s within whole steps (incl. H2D batch copy, loss readback, optimizer) /\n"
         "        bare cuBLAS sgemm TFLOP/s on identical shapes (goal >= 0.60); dev_ms = CUDA-event compute time\n");

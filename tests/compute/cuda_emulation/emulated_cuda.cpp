@@ -375,6 +375,18 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaM
   return cudaSuccess;
 }
 
+// Synchronous with respect to the host for device memory, on the legacy stream.
+cudaError_t cudaMemset(void* ptr, int value, std::size_t bytes) { return cudaMemsetAsync(ptr, value, bytes, nullptr); }
+
+cudaError_t cudaDeviceSynchronize() {
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  for (auto& [base, a] : s.allocations) {
+    if (a.device == t_device) a.pending_writer.reset();
+  }
+  return cudaSuccess;
+}
+
 // Synchronous: on the legacy stream, and complete on return.
 cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind) {
   return cudaMemcpyAsync(dst, src, bytes, kind, nullptr);
@@ -424,6 +436,17 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
     return cudaErrorInvalidResourceHandle;
   }
   event->recorded = std::chrono::steady_clock::now();
+  return cudaSuccess;
+}
+
+// Recorded events are complete at once (their stream's work ran when it was queued).
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  if (s.events.count(event) == 0) {
+    reject(s, "cudaEventSynchronize", "not a live event");
+    return cudaErrorInvalidResourceHandle;
+  }
   return cudaSuccess;
 }
 
