@@ -3,9 +3,11 @@
 # repository root; everything it writes goes under ${OUT:-./gpu-check-out}. Under 5 minutes.
 #
 #  1. Inventory: GPU, nvcc, and which of cmake/ninja/MPI/HDF5/GoogleTest exist.
-#  2. Plan A (needs only nvcc + cuBLAS): build antdt-bench-gpu by hand for this GPU's
-#     architecture and run it: CUDA model self-checks (gradient vs finite differences, SGD
-#     step vs reference, learning) and step throughput + GEMM TFLOP/s vs bare cuBLAS.
+#  2. Plan A (needs only nvcc + cuBLAS): run antdt-bench-gpu: CUDA model self-checks (gradient
+#     vs finite differences, SGD step vs reference, host/CUDA agreement, learning) and step
+#     throughput + GEMM TFLOP/s vs bare cuBLAS. The binary carried in .gpu-bundle/ (made here
+#     by perf/gpu-bundle.sh, with the host backend) when present; else built by hand with
+#     nvcc for this GPU's architecture, without the host backend (agreement is then skipped).
 #  3. Plan B (only when MPI, parallel HDF5 and GoogleTest are present): CMake build of the
 #     library and the compute tests for this architecture, and ctest -L compute (the CUDA test
 #     instantiations, host/CUDA agreement, NCCL at one rank, staged MPI at two ranks, and the
@@ -34,6 +36,19 @@ ARCH=${ARCH:-${CC:-90}}
 echo "  building for sm_$ARCH"
 
 echo "== plan A: standalone CUDA self-check + benchmark (nvcc + cuBLAS only)"
+export LD_LIBRARY_PATH="$CUDA_HOME/lib64:$CUDA_HOME/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+BUNDLE="$ROOT/.gpu-bundle/antdt-bench-gpu"
+if [ -x "$BUNDLE" ] && [ -z "${SKIP_BUNDLE:-}" ]; then
+  # Prebuilt by perf/gpu-bundle.sh with the host backend, so host/CUDA agreement is checked too.
+  bundle_commit=$(cat "$ROOT/.gpu-bundle/commit" 2>/dev/null || echo unknown)
+  head_commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
+  echo "  prebuilt $BUNDLE (commit $bundle_commit; tree at $head_commit)"
+  if [ "$head_commit" != unknown ] && [ "$bundle_commit" != "$head_commit" ]; then
+    echo "  WARNING: the bundle was built from another commit: rerun perf/gpu-bundle.sh"
+  fi
+  timeout 120 "$BUNDLE" "${BENCH_SECONDS:-1.0}" || status=1
+  BENCH_DONE=1
+fi
 GEN="$OUT/gen/antdt"
 mkdir -p "$GEN"
 sed -e 's/#cmakedefine01 ANTDT_HAVE_CUDA/#define ANTDT_HAVE_CUDA 1/' \
@@ -42,7 +57,9 @@ sed -e 's/#cmakedefine01 ANTDT_HAVE_CUDA/#define ANTDT_HAVE_CUDA 1/' \
     -e 's/@PROJECT_VERSION_MAJOR@/0/; s/@PROJECT_VERSION_MINOR@/1/; s/@PROJECT_VERSION_PATCH@/0/; s/@PROJECT_VERSION@/0.1.0/' \
     "$ROOT/include/antdt/config.hpp.in" > "$GEN/config.hpp"
 BENCH="$OUT/antdt-bench-gpu"
-if timeout 180 "$NVCC" -O3 -std=c++20 -gencode "arch=compute_$ARCH,code=sm_$ARCH" \
+if [ -n "${BENCH_DONE:-}" ]; then
+  echo "  (not built by hand: the prebuilt bundle ran)"
+elif timeout 180 "$NVCC" -O3 -std=c++20 -gencode "arch=compute_$ARCH,code=sm_$ARCH" \
      -I"$ROOT/include" -I"$OUT/gen" -I"$ROOT/kernels" \
      "$ROOT/perf/compute/gpu_bench.cpp" "$ROOT/kernels/cuda/mlp_cuda.cpp" "$ROOT/kernels/cuda/mlp_kernels.cu" \
      "$ROOT/kernels/host/mlp_common.cpp" "$ROOT/src/core/error_cuda.cpp" \

@@ -24,10 +24,19 @@
 #include "antdt/model.hpp"
 #include "host/mlp_common.hpp"
 
+// ANTDT_BENCH_HOST_BACKEND: 1 when kernels/host/mlp_host.cpp and a BLAS are linked in (the
+// CMake targets and perf/gpu-bundle.sh), so the host/CUDA agreement check runs; 0 when
+// perf/gpu-check.sh builds this by hand on a GPU machine that has no BLAS.
+#ifndef ANTDT_BENCH_HOST_BACKEND
+#define ANTDT_BENCH_HOST_BACKEND 0
+#endif
+
 // The bench links the CUDA model and the backend-independent MLP code only; these are the
-// two library symbols that code refers to and that live elsewhere in libantdt.
+// library symbols that code refers to and that live elsewhere in libantdt.
 namespace antdt::detail {
+#if !ANTDT_BENCH_HOST_BACKEND
 std::unique_ptr<Model> make_host_mlp(const MlpConfig&) { throw Error("antdt-bench-gpu has no host backend"); }
+#endif
 void assertion_failed(const char* cond, const char* msg, const char* file, int line) noexcept {
   std::fprintf(stderr, "assertion failed: %s (%s) at %s:%d\n", cond, msg, file, line);
   std::abort();
@@ -95,6 +104,12 @@ double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
   return std::sqrt(diff / std::max(norm, 1e-30));
 }
 
+std::string sci(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2e", v);
+  return buf;
+}
+
 bool report(const char* what, bool ok, const std::string& detail) {
   std::printf("  [%s] %s: %s\n", ok ? "PASS" : "FAIL", what, detail.c_str());
   return ok;
@@ -126,7 +141,7 @@ bool self_checks(const antdt::DeviceInfo& dev) {
     }
     const double e = rel_err(std::vector<float>(g.begin(), g.end() - 1), fd);
     const double loss = reference_loss(cfg.layers, pd, d);
-    ok &= report("gradient vs central differences", e < 1e-4 && g.back() == 6.0f, "rel err " + std::to_string(e));
+    ok &= report("gradient vs central differences", e < 1e-4 && g.back() == 6.0f, "rel err " + sci(e));
     ok &= report("loss vs double reference", std::fabs(r.loss_sum - loss) < 1e-5 * std::fabs(loss),
                  std::to_string(r.loss_sum) + " vs " + std::to_string(loss));
   }
@@ -149,7 +164,41 @@ bool self_checks(const antdt::DeviceInfo& dev) {
       m->apply_update();
     }
     const double e = rel_err(m->parameters(), p);
-    ok &= report("SGD momentum steps vs reference", e < 1e-6, "rel err " + std::to_string(e));
+    ok &= report("SGD momentum steps vs reference", e < 1e-6, "rel err " + sci(e));
+  }
+  {  // host and CUDA agree (the same check as tests/compute ModelAgreement.HostAndCudaAgreeWithin1e4)
+    if (!ANTDT_BENCH_HOST_BACKEND) {
+      std::printf(
+          "  [SKIP] host/CUDA agreement: built without the host backend (no BLAS here); "
+          "perf/gpu-bundle.sh builds a binary that has it\n");
+    } else {
+      antdt::MlpConfig cfg;
+      cfg.layers = {16, 64, 32, 5};
+      cfg.optimizer = antdt::OptimizerKind::adam;
+      cfg.learning_rate = 0.01f;
+      auto host = antdt::make_mlp(cfg, antdt::DeviceInfo{});
+      auto gpu = antdt::make_mlp(cfg, dev);
+      const Data d = clusters(300, 16, 5, 3.0, 3);
+      double worst_loss = 0.0, worst_grad = 0.0;
+      for (int step = 0; step < 3; ++step) {
+        host->zero_gradients();
+        gpu->zero_gradients();
+        const float* x = d.x.data() + step * 100 * 16;
+        const std::int32_t* y = d.y.data() + step * 100;
+        const BatchResult a = antdt::accumulate_micro_batches(*host, x, y, 100, 37);
+        const BatchResult b = antdt::accumulate_micro_batches(*gpu, x, y, 100, 37);
+        worst_loss = std::max(worst_loss, std::fabs(a.loss_sum - b.loss_sum) / std::fabs(a.loss_sum));
+        worst_grad = std::max(worst_grad, rel_err(antdt::gradient_snapshot(*gpu), antdt::gradient_snapshot(*host)));
+        host->apply_update();
+        gpu->apply_update();
+      }
+      const double params = rel_err(gpu->parameters(), host->parameters());
+      const double state = rel_err(gpu->optimizer_state(), host->optimizer_state());
+      ok &= report("host/CUDA agreement, 3 Adam steps with micro-batches (<= 1e-4)",
+                   worst_loss <= 1e-4 && worst_grad <= 1e-4 && params <= 1e-4 && state <= 1e-4,
+                   "loss " + sci(worst_loss) + ", gradients " + sci(worst_grad) + ", parameters " + sci(params) +
+                       ", Adam state " + sci(state));
+    }
   }
   {  // learning
     antdt::MlpConfig cfg;
