@@ -8,6 +8,7 @@
 #     throughput + GEMM TFLOP/s vs bare cuBLAS. The binary carried in .gpu-bundle/ (made here
 #     by perf/gpu-bundle.sh, with the host backend) when present; else built by hand with
 #     nvcc for this GPU's architecture, without the host backend (agreement is then skipped).
+#     Then compute-sanitizer (memcheck, racecheck, synccheck) runs that binary on small shapes.
 #  3. Plan B (only when MPI, parallel HDF5 and GoogleTest are present): CMake build of the
 #     library and the compute tests for this architecture, and ctest -L compute (the CUDA test
 #     instantiations, host/CUDA agreement, NCCL at one rank, staged MPI at two ranks, and the
@@ -48,6 +49,7 @@ if [ -x "$BUNDLE" ] && [ -z "${SKIP_BUNDLE:-}" ]; then
   fi
   timeout 120 "$BUNDLE" "${BENCH_SECONDS:-1.0}" || status=1
   BENCH_DONE=1
+  BENCH_BIN=$BUNDLE
 fi
 GEN="$OUT/gen/antdt"
 mkdir -p "$GEN"
@@ -66,8 +68,30 @@ elif timeout 180 "$NVCC" -O3 -std=c++20 -gencode "arch=compute_$ARCH,code=sm_$AR
      -lcublas -o "$BENCH"; then
   echo "  built in $((SECONDS - t0)) s"
   timeout 120 "$BENCH" "${BENCH_SECONDS:-1.0}" || status=1
+  BENCH_BIN=$BENCH
 else
   echo "  FAILED to build antdt-bench-gpu"; status=1
+fi
+
+echo "== compute-sanitizer on the self-checks (small shapes): memcheck, racecheck, synccheck"
+# What the emulated device cannot check: out-of-bounds device accesses from the launch
+# geometry, and hazards in the loss kernel's shared-memory block reduction.
+SANITIZER=$(command -v compute-sanitizer || echo "$CUDA_HOME/bin/compute-sanitizer")
+if [ -z "${BENCH_BIN:-}" ]; then
+  echo "  SKIPPED: no antdt-bench-gpu binary ran"
+elif [ ! -x "$SANITIZER" ]; then
+  echo "  SKIPPED: compute-sanitizer not found"
+elif ! nvidia-smi > /dev/null 2>&1; then
+  echo "  SKIPPED: no GPU visible"
+else
+  for tool in memcheck racecheck synccheck; do
+    if timeout 150 "$SANITIZER" --tool "$tool" --error-exitcode 3 "$BENCH_BIN" 0 smoke > "$OUT/sanitizer-$tool.log" 2>&1; then
+      echo "  $tool: clean ($(grep -c PASS "$OUT/sanitizer-$tool.log") checks passed under it)"
+    else
+      echo "  $tool: FAILED (exit $?), see $OUT/sanitizer-$tool.log:"; grep -m 20 -E "=====|FAIL" "$OUT/sanitizer-$tool.log"
+      status=1
+    fi
+  done
 fi
 
 echo "== plan B: CMake build + ctest of the compute tests"
