@@ -284,7 +284,8 @@ class EmulatedCuda(Workdir):
             self.assertEqual(s["samples"], host["samples"])
             self.assertAlmostEqual(s["final_loss"], host["final_loss"], delta=1e-4 * abs(host["final_loss"]))
             self.assertAlmostEqual(s["eval_loss"], host["eval_loss"], delta=1e-4 * abs(host["eval_loss"]))
-            self.assertEqual(s["eval_accuracy"], host["eval_accuracy"])
+            # Rounding differs by ~1e-7, so at most a sample on a near-tie may flip.
+            self.assertLessEqual(abs(s["eval_accuracy"] - host["eval_accuracy"]), 1.0 / 300 + 1e-9)
 
     def test_cuda_kill_and_resume_equals_uninterrupted(self):
         a_dir, b_dir = os.path.join(self.dir, "emu-ck-a"), os.path.join(self.dir, "emu-ck-b")
