@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # perf/gpu-check.sh: ONE prepared check for a GPU machine (see docs/compute.md). Run from the
-# repository root; everything it writes goes under ${OUT:-./gpu-check-out}. Under 5 minutes.
+# repository root. It writes its log and a tarball of the other logs to ${OUT:-./gpu-check-out},
+# and works in ${GPU_CHECK_WORK:-/tmp/antdt-gpu-check}. Under 5 minutes.
 #
 #  1. Inventory: GPU, nvcc, and which of cmake/ninja/MPI/HDF5/GoogleTest exist.
 #  2. Plan A (needs only nvcc + cuBLAS): run antdt-bench-gpu: CUDA model self-checks (gradient
@@ -8,18 +9,21 @@
 #     throughput + GEMM TFLOP/s vs bare cuBLAS. The binary carried in .gpu-bundle/ (made here
 #     by perf/gpu-bundle.sh, with the host backend) when present; else built by hand with
 #     nvcc for this GPU's architecture, without the host backend (agreement is then skipped).
-#     Then compute-sanitizer (memcheck, racecheck, synccheck) runs that binary on small shapes.
-#  3. Plan B (only when MPI, parallel HDF5 and GoogleTest are present): CMake build of the
-#     library and the compute tests for this architecture, and ctest -L compute (the CUDA test
-#     instantiations, host/CUDA agreement, NCCL at one rank, staged MPI at two ranks, and the
-#     fat binary's contents).
-#  4. Plan C (plan B's build, plus CLI11): antdt-train on the GPU, 2 ranks sharing it, one
-#     emulated at half speed (one GPU cannot show mixed generations): static vs dd efficiency.
+#     Then compute-sanitizer (memcheck, racecheck, synccheck) runs its short self-checks.
+#  3. Plan B: the compute tests (every CUDA test body, host/CUDA agreement, NCCL at one rank,
+#     staged MPI at two ranks), from the carried bundle .gpu-bundle/antdt-gpu-mpi.tar.xz
+#     (perf/gpu-bundle.sh: binaries plus MPI, HDF5 and BLAS, for images that lack them), else
+#     built here with CMake when MPI, HDF5, GoogleTest and CLI11 are installed.
+#  4. Plan C (plan B's binaries): antdt-train on the GPU, 2 ranks sharing it, one emulated at
+#     half speed (one GPU cannot show mixed generations): static vs dd efficiency.
 # Exit status: non-zero when a check that ran failed. Steps that cannot run say why.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-$ROOT/gpu-check-out}
-mkdir -p "$OUT"
+# $OUT gets two files (the device tool returns few): this log and a tarball of the others.
+WORK=${GPU_CHECK_WORK:-${TMPDIR:-/tmp}/antdt-gpu-check}
+rm -rf "$WORK"
+mkdir -p "$OUT" "$WORK"
 LOG="$OUT/gpu-check.log"
 exec > >(tee "$LOG") 2>&1
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
@@ -51,18 +55,18 @@ if [ -x "$BUNDLE" ] && [ -z "${SKIP_BUNDLE:-}" ]; then
   BENCH_DONE=1
   BENCH_BIN=$BUNDLE
 fi
-GEN="$OUT/gen/antdt"
+GEN="$WORK/gen/antdt"
 mkdir -p "$GEN"
 sed -e 's/#cmakedefine01 ANTDT_HAVE_CUDA/#define ANTDT_HAVE_CUDA 1/' \
     -e 's/#cmakedefine01 ANTDT_HAVE_NCCL/#define ANTDT_HAVE_NCCL 0/' \
     -e 's/#cmakedefine01 \([A-Z_0-9]*\)/#define \1 0/' \
     -e 's/@PROJECT_VERSION_MAJOR@/0/; s/@PROJECT_VERSION_MINOR@/1/; s/@PROJECT_VERSION_PATCH@/0/; s/@PROJECT_VERSION@/0.1.0/' \
     "$ROOT/include/antdt/config.hpp.in" > "$GEN/config.hpp"
-BENCH="$OUT/antdt-bench-gpu"
+BENCH="$WORK/antdt-bench-gpu"
 if [ -n "${BENCH_DONE:-}" ]; then
   echo "  (not built by hand: the prebuilt bundle ran)"
 elif timeout 180 "$NVCC" -O3 -std=c++20 -gencode "arch=compute_$ARCH,code=sm_$ARCH" \
-     -I"$ROOT/include" -I"$OUT/gen" -I"$ROOT/kernels" \
+     -I"$ROOT/include" -I"$WORK/gen" -I"$ROOT/kernels" \
      "$ROOT/perf/compute/gpu_bench.cpp" "$ROOT/kernels/cuda/mlp_cuda.cpp" "$ROOT/kernels/cuda/mlp_kernels.cu" \
      "$ROOT/kernels/host/mlp_common.cpp" "$ROOT/src/core/error_cuda.cpp" \
      -lcublas -o "$BENCH"; then
@@ -73,7 +77,7 @@ else
   echo "  FAILED to build antdt-bench-gpu"; status=1
 fi
 
-echo "== compute-sanitizer on the self-checks (small shapes): memcheck, racecheck, synccheck"
+echo "== compute-sanitizer on the short self-checks: memcheck, racecheck, synccheck"
 # What the emulated device cannot check: out-of-bounds device accesses from the launch
 # geometry, and hazards in the loss kernel's shared-memory block reduction.
 SANITIZER=$(command -v compute-sanitizer || echo "$CUDA_HOME/bin/compute-sanitizer")
@@ -85,56 +89,96 @@ elif ! nvidia-smi > /dev/null 2>&1; then
   echo "  SKIPPED: no GPU visible"
 else
   for tool in memcheck racecheck synccheck; do
-    if timeout 150 "$SANITIZER" --tool "$tool" --error-exitcode 3 "$BENCH_BIN" 0 smoke > "$OUT/sanitizer-$tool.log" 2>&1; then
-      echo "  $tool: clean ($(grep -c PASS "$OUT/sanitizer-$tool.log") checks passed under it)"
+    if timeout 90 "$SANITIZER" --tool "$tool" --error-exitcode 3 "$BENCH_BIN" 0 sanitize > "$WORK/sanitizer-$tool.log" 2>&1; then
+      echo "  $tool: clean ($(grep -c PASS "$WORK/sanitizer-$tool.log") checks passed under it)"
     else
-      echo "  $tool: FAILED (exit $?), see $OUT/sanitizer-$tool.log:"; grep -m 20 -E "=====|FAIL" "$OUT/sanitizer-$tool.log"
+      echo "  $tool: FAILED (exit $?), see $WORK/sanitizer-$tool.log:"; grep -m 20 -E "=====|FAIL" "$WORK/sanitizer-$tool.log"
       status=1
     fi
   done
 fi
 
-echo "== plan B: CMake build + ctest of the compute tests"
+echo "== plan B: the compute tests on the GPU (CUDA bodies, host/CUDA agreement, NCCL, staged MPI)"
+# Binaries come from the carried bundle (.gpu-bundle/antdt-gpu-mpi.tar.xz, made by
+# perf/gpu-bundle.sh with MPI, HDF5 and BLAS inside), else from a CMake build here when this
+# machine has MPI, parallel HDF5, GoogleTest and CLI11. run_env runs a command in the
+# bundle's environment (a subshell, so nothing else sees its libraries).
+TARBALL="$ROOT/.gpu-bundle/antdt-gpu-mpi.tar.xz"
+BIN=""
+run_env() { "$@"; }
 if [ -n "${SKIP_PLAN_B:-}" ]; then
   echo "  SKIPPED: SKIP_PLAN_B is set"
+elif [ -f "$TARBALL" ] && [ -z "${SKIP_BUNDLE:-}" ]; then
+  UNPACK=${TMPDIR:-/tmp}/antdt-gpu-bundle
+  rm -rf "$UNPACK" && mkdir -p "$UNPACK" && tar -C "$UNPACK" -xJf "$TARBALL" || status=1
+  BIN="$UNPACK/antdt-gpu/bin"
+  run_env() { (source "$UNPACK/antdt-gpu/env.sh" && "$@"); }
+  echo "  carried bundle unpacked to $UNPACK ($(run_env mpirun --version 2>&1 | head -1))"
 elif command -v cmake >/dev/null && command -v mpicxx >/dev/null && command -v h5pcc >/dev/null \
-   && [ -e /usr/include/gtest/gtest.h ]; then
-  B="$OUT/build"
+   && [ -e /usr/include/gtest/gtest.h ] && [ -e /usr/include/CLI/CLI.hpp ]; then
+  B="$WORK/build"
   left=$((280 - (SECONDS - t0)))
   if [ "$left" -lt 60 ]; then
     echo "  SKIPPED: only $left s left of the 5-minute budget"
   elif timeout $((left - 30)) bash -c "cmake -S '$ROOT' -B '$B' -G Ninja -DCMAKE_CUDA_COMPILER='$NVCC' \
-        -DANTDT_CUDA_ARCHITECTURES=$ARCH -DANTDT_ENABLE_KOKKOS=OFF -DANTDT_BUILD_APPS=OFF -DANTDT_BUILD_PERF=OFF \
-        > '$OUT/cmake.log' 2>&1 && ninja -C '$B' test_compute_model test_compute_reduce > '$OUT/ninja.log' 2>&1"; then
-    (cd "$B" && timeout 60 ctest -L compute --output-on-failure) || status=1
-    plan_c=1
+        -DANTDT_CUDA_ARCHITECTURES=$ARCH -DANTDT_BUILD_PERF=OFF > '$WORK/cmake.log' 2>&1 && \
+        ninja -C '$B' test_compute_model test_compute_reduce antdt-train antdt-datagen > '$WORK/ninja.log' 2>&1"; then
+    mkdir -p "$WORK/bin"
+    cp "$B"/tests/compute/test_compute_model "$B"/tests/compute/test_compute_reduce "$B"/apps/antdt-train \
+       "$B"/apps/antdt-datagen "$WORK/bin/"
+    BIN="$WORK/bin"
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
   else
-    echo "  FAILED or timed out: see $OUT/cmake.log and $OUT/ninja.log"; tail -20 "$OUT/ninja.log" 2>/dev/null; status=1
+    echo "  FAILED or timed out: see $WORK/cmake.log and $WORK/ninja.log"; tail -20 "$WORK/ninja.log" 2>/dev/null; status=1
   fi
 else
-  echo "  SKIPPED: needs cmake, MPI (mpicxx), parallel HDF5 (h5pcc) and GoogleTest; plan A covered the CUDA model"
+  echo "  SKIPPED: no carried bundle (run perf/gpu-bundle.sh where the repository is built, and carry"
+  echo "  .gpu-bundle), and no MPI, HDF5, GoogleTest and CLI11 here to build the tests"
 fi
+# One test run: its log under $WORK; a skipped CUDA test counts as a failure on a GPU machine.
+gtest_run() {
+  local name=$1
+  shift
+  if run_env timeout 120 "$@" > "$WORK/$name.log" 2>&1; then
+    if grep -q "SKIPPED \]" "$WORK/$name.log"; then
+      echo "  $name: FAILED: tests were skipped on a GPU machine:"; grep -m 5 -i "skipping\|SKIPPED" "$WORK/$name.log"
+      status=1
+    else
+      echo "  $name: passed ($(grep -m 1 -oE '[0-9]+ tests? from [0-9]+ test suites? ran' "$WORK/$name.log"))"
+    fi
+  else
+    echo "  $name: FAILED, see $WORK/$name.log:"; grep -m 20 -E "Failure|FAILED|rror" "$WORK/$name.log"
+    status=1
+  fi
+}
+if [ -n "$BIN" ]; then
+  gtest_run model "$BIN/test_compute_model"
+  # One rank has the GPU to itself, so NCCL is chosen; two ranks share it, so NCCL refuses
+  # ("duplicate GPU") and the device buffers are staged through MPI.
+  ANTDT_TEST_EXPECT_CUDA_REDUCER=nccl OMPI_MCA_ess_singleton_isolated=1 gtest_run reduce-nccl-np1 "$BIN/test_compute_reduce"
+  ANTDT_TEST_EXPECT_CUDA_REDUCER=mpi gtest_run reduce-staged-np2 mpirun -np 2 "$BIN/test_compute_reduce"
+fi
+
 echo "== plan C: antdt-train on the GPU, 2 ranks, rank 1 EMULATED at half speed, static vs dd"
 left=$((290 - (SECONDS - t0)))
-if [ -z "${plan_c:-}" ]; then
-  echo "  SKIPPED: needs plan B's build"
-elif [ ! -e /usr/include/CLI/CLI.hpp ]; then
-  echo "  SKIPPED: CLI11 (CLI/CLI.hpp) is missing, so the apps cannot be built"
+if [ -z "$BIN" ]; then
+  echo "  SKIPPED: needs plan B's binaries"
 elif [ "$left" -lt 60 ]; then
   echo "  SKIPPED: only $left s left of the 5-minute budget"
-elif timeout 120 bash -c "cmake -DANTDT_BUILD_APPS=ON '$B' >> '$OUT/cmake.log' 2>&1 && \
-        ninja -C '$B' antdt-train antdt-datagen >> '$OUT/ninja.log' 2>&1"; then
-  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 ANTDT_LOG_LEVEL=warn
+else
   # GEMM work per step (6 x batch x parameters) well above the staged reduction of the
   # gradients (both ranks share the GPU, so NCCL is refused) and the HDF5 reads.
   layers=${PLAN_C_LAYERS:-256,2048,2048,10}
-  "$B/apps/antdt-datagen" -o "$OUT/train.h5" --samples 65536 --dim "${layers%%,*}" --classes 10 > /dev/null || status=1
+  run_env "$BIN/antdt-datagen" -o "$WORK/train.h5" --samples 65536 --dim "${layers%%,*}" --classes 10 > /dev/null \
+    || status=1
   for policy in static dd; do
-    timeout 60 mpirun -np 2 "$B/apps/antdt-train" --data "$OUT/train.h5" --layers "$layers" \
-      --global-batch "${PLAN_C_BATCH:-16384}" --steps "${PLAN_C_STEPS:-40}" --device "${PLAN_C_DEVICE:-cuda}" \
-      --emulate-speed 1,0.5 --policy "$policy" --quiet --summary-json "$OUT/plan-c-$policy.json" || status=1
+    ANTDT_LOG_LEVEL=warn run_env timeout 60 mpirun -np 2 "$BIN/antdt-train" --data "$WORK/train.h5" \
+      --layers "$layers" --global-batch "${PLAN_C_BATCH:-16384}" --steps "${PLAN_C_STEPS:-40}" \
+      --device "${PLAN_C_DEVICE:-cuda}" --emulate-speed 1,0.5 --policy "$policy" --quiet \
+      --summary-json "$WORK/plan-c-$policy.json" || status=1
   done
-  python3 - "$OUT/plan-c-static.json" "$OUT/plan-c-dd.json" <<'PY' || status=1
+  rm -f "$WORK/train.h5"
+  python3 - "$WORK/plan-c-static.json" "$WORK/plan-c-dd.json" <<'PY' || status=1
 import json, sys
 s, d = (json.load(open(p)) for p in sys.argv[1:3])
 for name, r in (("static", s), ("dd", d)):
@@ -142,8 +186,8 @@ for name, r in (("static", s), ("dd", d)):
           f"efficiency {r['efficiency']:.3f}, split {r['final_split']}, duplicated {r['duplicated_samples']}")
 print(f"  dd / static throughput {d['throughput'] / s['throughput']:.2f}x (limit 1.5x for speeds 1, 0.5)")
 PY
-else
-  echo "  FAILED to build the apps: see $OUT/ninja.log"; status=1
 fi
-echo "== done in $((SECONDS - t0)) s, status $status"
+tar -C "$WORK" -czf "$OUT/gpu-check-logs.tar.gz" --exclude='*.h5' --exclude=build --exclude=bin --exclude=gen \
+  --exclude=antdt-bench-gpu . 2> /dev/null || true
+echo "== done in $((SECONDS - t0)) s, status $status (logs: $OUT/gpu-check-logs.tar.gz)"
 exit $status

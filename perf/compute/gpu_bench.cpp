@@ -115,7 +115,7 @@ bool report(const char* what, bool ok, const std::string& detail) {
   return ok;
 }
 
-bool self_checks(const antdt::DeviceInfo& dev) {
+bool self_checks(const antdt::DeviceInfo& dev, bool learning) {
   bool ok = true;
   {  // gradient check
     antdt::MlpConfig cfg;
@@ -200,7 +200,7 @@ bool self_checks(const antdt::DeviceInfo& dev) {
                        ", Adam state " + sci(state));
     }
   }
-  {  // learning
+  if (learning) {  // learning
     antdt::MlpConfig cfg;
     cfg.layers = {8, 32, 32, 4};
     auto m = antdt::make_mlp(cfg, dev);
@@ -314,12 +314,19 @@ void bench(const antdt::DeviceInfo& dev, const std::vector<std::int64_t>& layers
 
 }  // namespace
 
-// antdt-bench-gpu [seconds per shape, default 1] [smoke]
+// antdt-bench-gpu [seconds per shape, default 1] [smoke|sanitize]
 // "smoke" runs small shapes only: the ctest on the emulated device (tests/compute/
 // cuda_emulation) uses it to run this program's every path on machines without a GPU.
+// "sanitize" runs the short self-checks only (no learning run, no benchmark), for
+// compute-sanitizer, which slows every kernel down many times.
 int main(int argc, char** argv) {
   const double seconds = argc > 1 ? std::atof(argv[1]) : 1.0;
-  const bool smoke = argc > 2 && std::string(argv[2]) == "smoke";
+  const std::string mode = argc > 2 ? argv[2] : "";
+  const bool smoke = mode == "smoke";
+  if (!mode.empty() && mode != "smoke" && mode != "sanitize") {
+    std::fprintf(stderr, "usage: antdt-bench-gpu [seconds] [smoke|sanitize]\n");
+    return 2;
+  }
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
     std::printf("antdt-bench-gpu: SKIPPED: no usable CUDA device (cudaGetDeviceCount failed or returned 0)\n");
@@ -340,7 +347,11 @@ int main(int argc, char** argv) {
                 prop.name, dev.compute_capability, static_cast<double>(dev.free_memory) / (1 << 30),
                 static_cast<double>(dev.total_memory) / (1 << 30));
     std::printf("self-checks:\n");
-    const bool ok = self_checks(dev);
+    const bool ok = self_checks(dev, mode != "sanitize");
+    if (mode == "sanitize") {
+      std::printf("GPU-CHECK %s\n", ok ? "PASS" : "FAIL");
+      return ok ? 0 : 1;
+    }
     {
       antdt::MlpConfig cfg;
       cfg.layers = smoke ? std::vector<std::int64_t>{64, 128, 10} : std::vector<std::int64_t>{4096, 8192, 8192, 10};
