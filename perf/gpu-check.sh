@@ -55,21 +55,10 @@ if [ -x "$BUNDLE" ] && [ -z "${SKIP_BUNDLE:-}" ]; then
   BENCH_DONE=1
   BENCH_BIN=$BUNDLE
 fi
-GEN="$WORK/gen/antdt"
-mkdir -p "$GEN"
-sed -e 's/#cmakedefine01 ANTDT_HAVE_CUDA/#define ANTDT_HAVE_CUDA 1/' \
-    -e 's/#cmakedefine01 ANTDT_HAVE_NCCL/#define ANTDT_HAVE_NCCL 0/' \
-    -e 's/#cmakedefine01 \([A-Z_0-9]*\)/#define \1 0/' \
-    -e 's/@PROJECT_VERSION_MAJOR@/0/; s/@PROJECT_VERSION_MINOR@/1/; s/@PROJECT_VERSION_PATCH@/0/; s/@PROJECT_VERSION@/0.1.0/' \
-    "$ROOT/include/antdt/config.hpp.in" > "$GEN/config.hpp"
 BENCH="$WORK/antdt-bench-gpu"
 if [ -n "${BENCH_DONE:-}" ]; then
   echo "  (not built by hand: the prebuilt bundle ran)"
-elif timeout 180 "$NVCC" -O3 -std=c++20 -gencode "arch=compute_$ARCH,code=sm_$ARCH" \
-     -I"$ROOT/include" -I"$WORK/gen" -I"$ROOT/kernels" \
-     "$ROOT/perf/compute/gpu_bench.cpp" "$ROOT/kernels/cuda/mlp_cuda.cpp" "$ROOT/kernels/cuda/mlp_kernels.cu" \
-     "$ROOT/kernels/host/mlp_common.cpp" "$ROOT/src/core/error_cuda.cpp" \
-     -lcublas -o "$BENCH"; then
+elif NVCC=$NVCC timeout 180 bash "$ROOT/perf/build-bench-gpu.sh" "$BENCH" "$ARCH"; then
   echo "  built in $((SECONDS - t0)) s"
   timeout 120 "$BENCH" "${BENCH_SECONDS:-1.0}" || status=1
   BENCH_BIN=$BENCH
@@ -187,7 +176,7 @@ for name, r in (("static", s), ("dd", d)):
 print(f"  dd / static throughput {d['throughput'] / s['throughput']:.2f}x (limit 1.5x for speeds 1, 0.5)")
 PY
 fi
-tar -C "$WORK" -czf "$OUT/gpu-check-logs.tar.gz" --exclude='*.h5' --exclude=build --exclude=bin --exclude=gen \
+tar -C "$WORK" -czf "$OUT/gpu-check-logs.tar.gz" --exclude='*.h5' --exclude=build --exclude=bin \
   --exclude=antdt-bench-gpu . 2> /dev/null || true
 echo "== done in $((SECONDS - t0)) s, status $status (logs: $OUT/gpu-check-logs.tar.gz)"
 exit $status

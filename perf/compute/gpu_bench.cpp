@@ -16,13 +16,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "antdt/error.hpp"
 #include "antdt/model.hpp"
 #include "host/mlp_common.hpp"
+#include "mlp_reference.hpp"  // tests/compute: the tests' data and reference MLP
 
 // ANTDT_BENCH_HOST_BACKEND: 1 when kernels/host/mlp_host.cpp and a BLAS are linked in (the
 // CMake targets and perf/gpu-bundle.sh), so the host/CUDA agreement check runs; 0 when
@@ -47,62 +47,10 @@ namespace {
 
 using antdt::BatchResult;
 using antdt::Model;
-
-struct Data {
-  std::vector<float> x;
-  std::vector<std::int32_t> y;
-  std::int64_t dim;
-};
-
-Data clusters(std::int64_t n, std::int64_t dim, int classes, double separation, std::uint64_t seed) {
-  std::mt19937_64 rng(seed), centre_rng(12345);
-  std::normal_distribution<double> normal(0.0, 1.0);
-  std::vector<double> centres(static_cast<std::size_t>(classes * dim));
-  for (double& c : centres) c = normal(centre_rng) * separation / std::sqrt(static_cast<double>(dim));
-  Data d{{}, {}, dim};
-  for (std::int64_t i = 0; i < n; ++i) {
-    const auto label = static_cast<std::int32_t>(rng() % static_cast<std::uint64_t>(classes));
-    d.y.push_back(label);
-    for (std::int64_t k = 0; k < dim; ++k) {
-      d.x.push_back(static_cast<float>(centres[static_cast<std::size_t>(label * dim + k)] + normal(rng)));
-    }
-  }
-  return d;
-}
-
-double reference_loss(const std::vector<std::int64_t>& layers, const std::vector<double>& p, const Data& d) {
-  double total = 0.0;
-  for (std::size_t i = 0; i < d.y.size(); ++i) {
-    std::vector<double> a(d.x.begin() + static_cast<std::ptrdiff_t>(i * static_cast<std::size_t>(d.dim)),
-                          d.x.begin() + static_cast<std::ptrdiff_t>((i + 1) * static_cast<std::size_t>(d.dim)));
-    std::size_t off = 0;
-    for (std::size_t l = 0; l + 1 < layers.size(); ++l) {
-      const auto in = static_cast<std::size_t>(layers[l]), out = static_cast<std::size_t>(layers[l + 1]);
-      std::vector<double> z(out);
-      for (std::size_t o = 0; o < out; ++o) {
-        double acc = p[off + in * out + o];
-        for (std::size_t k = 0; k < in; ++k) acc += p[off + o * in + k] * a[k];
-        z[o] = l + 2 < layers.size() ? std::max(acc, 0.0) : acc;
-      }
-      off += in * out + out;
-      a = std::move(z);
-    }
-    const double m = *std::max_element(a.begin(), a.end());
-    double s = 0.0;
-    for (double v : a) s += std::exp(v - m);
-    total += std::log(s) + m - a[static_cast<std::size_t>(d.y[i])];
-  }
-  return total;
-}
-
-double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
-  double diff = 0.0, norm = 0.0;
-  for (std::size_t i = 0; i < b.size(); ++i) {
-    diff += std::pow(static_cast<double>(a[i]) - b[i], 2);
-    norm += std::pow(static_cast<double>(b[i]), 2);
-  }
-  return std::sqrt(diff / std::max(norm, 1e-30));
-}
+using antdt::test::gaussian_clusters;
+using antdt::test::reference_loss_sum;
+using antdt::test::relative_error;
+using antdt::test::Samples;
 
 std::string sci(double v) {
   char buf[32];
@@ -124,23 +72,23 @@ bool self_checks(const antdt::DeviceInfo& dev, bool learning) {
     std::vector<float> p = m->parameters();
     for (std::size_t i = 0; i < p.size(); ++i) p[i] += 0.05f * static_cast<float>(static_cast<int>(i % 7) - 3);
     m->set_parameters(p);
-    const Data d = clusters(6, 5, 3, 2.0, 99);
+    const Samples d = gaussian_clusters(6, 5, 3, 2.0, 99);
     m->zero_gradients();
-    const BatchResult r = m->accumulate(d.x.data(), d.y.data(), 6);
+    const BatchResult r = m->accumulate(d.features.data(), d.labels.data(), 6);
     const std::vector<float> g = antdt::gradient_snapshot(*m);
     std::vector<double> pd(p.begin(), p.end());
     std::vector<float> fd(p.size());
     for (std::size_t i = 0; i < p.size(); ++i) {
       const double s = pd[i], h = 1e-6;
       pd[i] = s + h;
-      const double up = reference_loss(cfg.layers, pd, d);
+      const double up = reference_loss_sum(cfg.layers, pd, d);
       pd[i] = s - h;
-      const double down = reference_loss(cfg.layers, pd, d);
+      const double down = reference_loss_sum(cfg.layers, pd, d);
       pd[i] = s;
       fd[i] = static_cast<float>((up - down) / (2 * h));
     }
-    const double e = rel_err(std::vector<float>(g.begin(), g.end() - 1), fd);
-    const double loss = reference_loss(cfg.layers, pd, d);
+    const double e = relative_error(std::vector<float>(g.begin(), g.end() - 1), fd);
+    const double loss = reference_loss_sum(cfg.layers, pd, d);
     ok &= report("gradient vs central differences", e < 1e-4 && g.back() == 6.0f, "rel err " + sci(e));
     ok &= report("loss vs double reference", std::fabs(r.loss_sum - loss) < 1e-5 * std::fabs(loss),
                  std::to_string(r.loss_sum) + " vs " + std::to_string(loss));
@@ -153,9 +101,9 @@ bool self_checks(const antdt::DeviceInfo& dev, bool learning) {
     auto m = antdt::make_mlp(cfg, dev);
     std::vector<float> p = m->parameters(), v(p.size(), 0.0f);
     for (int step = 0; step < 2; ++step) {
-      const Data d = clusters(10, 4, 3, 2.0, 50 + static_cast<std::uint64_t>(step));
+      const Samples d = gaussian_clusters(10, 4, 3, 2.0, 50 + static_cast<std::uint64_t>(step));
       m->zero_gradients();
-      (void)m->accumulate(d.x.data(), d.y.data(), 10);
+      (void)m->accumulate(d.features.data(), d.labels.data(), 10);
       const std::vector<float> g = antdt::gradient_snapshot(*m);
       for (std::size_t i = 0; i < p.size(); ++i) {
         v[i] = cfg.momentum * v[i] + g[i] / g.back() + cfg.weight_decay * p[i];
@@ -163,7 +111,7 @@ bool self_checks(const antdt::DeviceInfo& dev, bool learning) {
       }
       m->apply_update();
     }
-    const double e = rel_err(m->parameters(), p);
+    const double e = relative_error(m->parameters(), p);
     ok &= report("SGD momentum steps vs reference", e < 1e-6, "rel err " + sci(e));
   }
   {  // host and CUDA agree (the same check as tests/compute ModelAgreement.HostAndCudaAgreeWithin1e4)
@@ -178,22 +126,23 @@ bool self_checks(const antdt::DeviceInfo& dev, bool learning) {
       cfg.learning_rate = 0.01f;
       auto host = antdt::make_mlp(cfg, antdt::DeviceInfo{});
       auto gpu = antdt::make_mlp(cfg, dev);
-      const Data d = clusters(300, 16, 5, 3.0, 3);
+      const Samples d = gaussian_clusters(300, 16, 5, 3.0, 3);
       double worst_loss = 0.0, worst_grad = 0.0;
       for (int step = 0; step < 3; ++step) {
         host->zero_gradients();
         gpu->zero_gradients();
-        const float* x = d.x.data() + step * 100 * 16;
-        const std::int32_t* y = d.y.data() + step * 100;
+        const float* x = d.features.data() + step * 100 * 16;
+        const std::int32_t* y = d.labels.data() + step * 100;
         const BatchResult a = antdt::accumulate_micro_batches(*host, x, y, 100, 37);
         const BatchResult b = antdt::accumulate_micro_batches(*gpu, x, y, 100, 37);
         worst_loss = std::max(worst_loss, std::fabs(a.loss_sum - b.loss_sum) / std::fabs(a.loss_sum));
-        worst_grad = std::max(worst_grad, rel_err(antdt::gradient_snapshot(*gpu), antdt::gradient_snapshot(*host)));
+        worst_grad =
+            std::max(worst_grad, relative_error(antdt::gradient_snapshot(*gpu), antdt::gradient_snapshot(*host)));
         host->apply_update();
         gpu->apply_update();
       }
-      const double params = rel_err(gpu->parameters(), host->parameters());
-      const double state = rel_err(gpu->optimizer_state(), host->optimizer_state());
+      const double params = relative_error(gpu->parameters(), host->parameters());
+      const double state = relative_error(gpu->optimizer_state(), host->optimizer_state());
       ok &= report("host/CUDA agreement, 3 Adam steps with micro-batches (<= 1e-4)",
                    worst_loss <= 1e-4 && worst_grad <= 1e-4 && params <= 1e-4 && state <= 1e-4,
                    "loss " + sci(worst_loss) + ", gradients " + sci(worst_grad) + ", parameters " + sci(params) +
@@ -204,14 +153,15 @@ bool self_checks(const antdt::DeviceInfo& dev, bool learning) {
     antdt::MlpConfig cfg;
     cfg.layers = {8, 32, 32, 4};
     auto m = antdt::make_mlp(cfg, dev);
-    const Data train = clusters(4096, 8, 4, 6.0, 1), test = clusters(1024, 8, 4, 6.0, 2);
+    const Samples train = gaussian_clusters(4096, 8, 4, 6.0, 1), test = gaussian_clusters(1024, 8, 4, 6.0, 2);
     for (std::int64_t s = 0; s < 120; ++s) {
       const std::int64_t first = (s * 32) % 4096;
       m->zero_gradients();
-      (void)m->accumulate(train.x.data() + first * 8, train.y.data() + first, 32);
+      (void)m->accumulate(train.features.data() + first * 8, train.labels.data() + first, 32);
       m->apply_update();
     }
-    const double acc = static_cast<double>(m->evaluate(test.x.data(), test.y.data(), 1024).correct) / 1024.0;
+    const double acc =
+        static_cast<double>(m->evaluate(test.features.data(), test.labels.data(), 1024).correct) / 1024.0;
     ok &= report("learns Gaussian clusters (>= 0.9 in 120 steps)", acc >= 0.9, "accuracy " + std::to_string(acc));
   }
   return ok;

@@ -136,6 +136,14 @@ class DeviceAccess {
   State& s_;
 };
 
+// Every write still pending on the current device is done: the legacy stream has waited for
+// all blocking streams (a legacy-stream call, or synchronising the device).
+void order_device_writes(State& s) {
+  for (auto& [base, a] : s.allocations) {
+    if (a.device == t_device) a.pending_writer.reset();
+  }
+}
+
 enum class Use { read, write };
 
 // One emulated API call that enqueues work on `stream`: declare the memory it reads and writes,
@@ -188,16 +196,26 @@ class Call {
     return false;
   }
 
+  // Does the checked call's work with device memory accessible, then commits. Returns the
+  // work's status.
+  template <class Work>
+  auto run(Work work) {
+    const auto status = [&] {
+      DeviceAccess access(s_);
+      return work();
+    }();
+    commit();
+    return status;
+  }
+
   // The work is done: a legacy-stream call has waited for every stream and is itself ordered
   // before all later work; other calls leave their writes pending on their stream.
   void commit() {
     if (is_legacy(stream_)) {
-      for (auto& [base, a] : s_.allocations) {
-        if (a.device == t_device) a.pending_writer.reset();
-      }
-      return;
+      order_device_writes(s_);
+    } else {
+      for (Allocation* a : written_) a->pending_writer = stream_;
     }
-    for (Allocation* a : written_) a->pending_writer = stream_;
   }
 
  private:
@@ -369,10 +387,10 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaM
     call.host(src, bytes, "source");
   }
   if (!call.check()) return cudaErrorInvalidValue;
-  DeviceAccess access(s);
-  if (bytes > 0) std::memmove(dst, src, bytes);
-  call.commit();
-  return cudaSuccess;
+  return call.run([&] {
+    if (bytes > 0) std::memmove(dst, src, bytes);
+    return cudaSuccess;
+  });
 }
 
 // Synchronous with respect to the host for device memory, on the legacy stream.
@@ -381,9 +399,7 @@ cudaError_t cudaMemset(void* ptr, int value, std::size_t bytes) { return cudaMem
 cudaError_t cudaDeviceSynchronize() {
   State& s = state();
   std::lock_guard lock(s.mutex);
-  for (auto& [base, a] : s.allocations) {
-    if (a.device == t_device) a.pending_writer.reset();
-  }
+  order_device_writes(s);
   return cudaSuccess;
 }
 
@@ -397,10 +413,10 @@ cudaError_t cudaMemsetAsync(void* ptr, int value, std::size_t bytes, cudaStream_
   std::lock_guard lock(s.mutex);
   Call call(s, "cudaMemsetAsync", stream);
   if (!call.device(ptr, bytes, "destination", Use::write).check()) return cudaErrorInvalidValue;
-  DeviceAccess access(s);
-  if (bytes > 0) std::memset(ptr, value, bytes);
-  call.commit();
-  return cudaSuccess;
+  return call.run([&] {
+    if (bytes > 0) std::memset(ptr, value, bytes);
+    return cudaSuccess;
+  });
 }
 
 cudaError_t cudaStreamCreate(cudaStream_t* stream) { return create_handle(stream, &State::streams, t_device); }
@@ -418,8 +434,12 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
     reject(s, "cudaStreamSynchronize", "not a live stream");
     return cudaErrorInvalidResourceHandle;
   }
-  for (auto& [base, a] : s.allocations) {
-    if (is_legacy(stream) || a.pending_writer == stream) a.pending_writer.reset();
+  if (is_legacy(stream)) {
+    order_device_writes(s);
+  } else {
+    for (auto& [base, a] : s.allocations) {
+      if (a.pending_writer == stream) a.pending_writer.reset();
+    }
   }
   return cudaSuccess;
 }
@@ -536,13 +556,13 @@ cublasStatus_t cublasSgemm_v2(cublasHandle_t handle, cublasOperation_t transa, c
       .device(B, matrix_bytes(b_rows, b_cols, ldb), "B", Use::read)
       .device(C, matrix_bytes(m, n, ldc), "C", Use::write);
   if (!call.check()) return CUBLAS_STATUS_INVALID_VALUE;
-  if (m > 0 && n > 0) {
-    DeviceAccess access(s);
-    cblas_sgemm(CblasColMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, *alpha, A, lda,
-                B, ldb, *beta, C, ldc);
-  }
-  call.commit();
-  return CUBLAS_STATUS_SUCCESS;
+  return call.run([&] {
+    if (m > 0 && n > 0) {
+      cblas_sgemm(CblasColMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, *alpha, A,
+                  lda, B, ldb, *beta, C, ldc);
+    }
+    return CUBLAS_STATUS_SUCCESS;
+  });
 }
 
 cublasStatus_t cublasSgemv_v2(cublasHandle_t handle, cublasOperation_t trans, int m, int n, const float* alpha,
@@ -560,12 +580,12 @@ cublasStatus_t cublasSgemv_v2(cublasHandle_t handle, cublasOperation_t trans, in
       .device(x, vector_bytes(t ? m : n, incx), "x", Use::read)
       .device(y, vector_bytes(t ? n : m, incy), "y", Use::write);
   if (!call.check()) return CUBLAS_STATUS_INVALID_VALUE;
-  if (m > 0 && n > 0) {
-    DeviceAccess access(s);
-    cblas_sgemv(CblasColMajor, t ? CblasTrans : CblasNoTrans, m, n, *alpha, A, lda, x, incx, *beta, y, incy);
-  }
-  call.commit();
-  return CUBLAS_STATUS_SUCCESS;
+  return call.run([&] {
+    if (m > 0 && n > 0) {
+      cblas_sgemv(CblasColMajor, t ? CblasTrans : CblasNoTrans, m, n, *alpha, A, lda, x, incx, *beta, y, incy);
+    }
+    return CUBLAS_STATUS_SUCCESS;
+  });
 }
 
 const char* cublasGetStatusName(cublasStatus_t status) {
@@ -642,11 +662,11 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, std::size_t count, nccl
       .device(send, bytes, "send buffer", Use::read)
       .device(recv, bytes, "receive buffer", Use::write);
   if (!call.check()) return ncclInvalidArgument;
-  DeviceAccess access(s);
-  const int rc =
-      MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, static_cast<int>(count), MPI_FLOAT, MPI_SUM, comm->comm);
-  call.commit();
-  return rc == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
+  return call.run([&] {
+    const int rc = MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, static_cast<int>(count), MPI_FLOAT, MPI_SUM,
+                                 comm->comm);
+    return rc == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
+  });
 }
 
 const char* ncclGetErrorString(ncclResult_t result) {
@@ -662,6 +682,16 @@ namespace {
 
 std::size_t floats(std::int64_t count) { return static_cast<std::size_t>(count) * sizeof(float); }
 
+// A checked call's kernel: body(i) for every element, as the grid-stride loops of
+// mlp_kernels.cu do.
+template <class Body>
+cudaError_t for_each_element(Call& call, std::int64_t count, Body body) {
+  return call.run([&] {
+    for (std::int64_t i = 0; i < count; ++i) body(i);
+    return cudaSuccess;
+  });
+}
+
 }  // namespace
 
 cudaError_t bias_activation(cudaStream_t stream, float* z, const float* b, std::int64_t n, std::int64_t width,
@@ -673,10 +703,7 @@ cudaError_t bias_activation(cudaStream_t stream, float* z, const float* b, std::
   if (!call.device(z, floats(n * width), "z", Use::write).device(b, floats(width), "b", Use::read).check()) {
     return cudaErrorInvalidValue;
   }
-  DeviceAccess access(s);
-  for (std::int64_t i = 0; i < n * width; ++i) math::bias_activation(z, b, i, width, relu);
-  call.commit();
-  return cudaSuccess;
+  return for_each_element(call, n * width, [&](std::int64_t i) { math::bias_activation(z, b, i, width, relu); });
 }
 
 cudaError_t softmax_cross_entropy(cudaStream_t stream, float* logits, const std::int32_t* labels, std::int64_t n,
@@ -718,10 +745,7 @@ cudaError_t relu_mask(cudaStream_t stream, float* delta, const float* activation
   Call call(s, "relu_mask", stream);
   call.device(delta, floats(count), "delta", Use::write).device(activation, floats(count), "activation", Use::read);
   if (!call.check()) return cudaErrorInvalidValue;
-  DeviceAccess access(s);
-  for (std::int64_t i = 0; i < count; ++i) math::relu_mask(delta, activation, i);
-  call.commit();
-  return cudaSuccess;
+  return for_each_element(call, count, [&](std::int64_t i) { math::relu_mask(delta, activation, i); });
 }
 
 cudaError_t add_to_scalar(cudaStream_t stream, float* slot, float value) {
@@ -729,10 +753,7 @@ cudaError_t add_to_scalar(cudaStream_t stream, float* slot, float value) {
   std::lock_guard lock(s.mutex);
   Call call(s, "add_to_scalar", stream);
   if (!call.device(slot, sizeof(float), "slot", Use::write).check()) return cudaErrorInvalidValue;
-  DeviceAccess access(s);
-  *slot += value;
-  call.commit();
-  return cudaSuccess;
+  return for_each_element(call, 1, [&](std::int64_t) { *slot += value; });
 }
 
 cudaError_t fill(cudaStream_t stream, float* x, float value, std::int64_t count) {
@@ -741,10 +762,7 @@ cudaError_t fill(cudaStream_t stream, float* x, float value, std::int64_t count)
   if (count == 0) return cudaSuccess;
   Call call(s, "fill", stream);
   if (!call.device(x, floats(count), "x", Use::write).check()) return cudaErrorInvalidValue;
-  DeviceAccess access(s);
-  for (std::int64_t i = 0; i < count; ++i) x[i] = value;
-  call.commit();
-  return cudaSuccess;
+  return for_each_element(call, count, [&](std::int64_t i) { x[i] = value; });
 }
 
 cudaError_t sgd_step(cudaStream_t stream, float* p, float* momentum, const float* grad_sum, std::int64_t count,
@@ -757,10 +775,8 @@ cudaError_t sgd_step(cudaStream_t stream, float* p, float* momentum, const float
       .device(momentum, floats(count), "momentum", Use::write)
       .device(grad_sum, floats(count), "gradient sums", Use::read);
   if (!call.check()) return cudaErrorInvalidValue;
-  DeviceAccess access(s);
-  for (std::int64_t i = 0; i < count; ++i) math::sgd(p, momentum, grad_sum, i, inv_count, lr, mu, wd);
-  call.commit();
-  return cudaSuccess;
+  return for_each_element(call, count,
+                          [&](std::int64_t i) { math::sgd(p, momentum, grad_sum, i, inv_count, lr, mu, wd); });
 }
 
 cudaError_t adam_step(cudaStream_t stream, float* p, float* m, float* v, const float* grad_sum, std::int64_t count,
@@ -775,12 +791,9 @@ cudaError_t adam_step(cudaStream_t stream, float* p, float* m, float* v, const f
       .device(v, floats(count), "second moments", Use::write)
       .device(grad_sum, floats(count), "gradient sums", Use::read);
   if (!call.check()) return cudaErrorInvalidValue;
-  DeviceAccess access(s);
-  for (std::int64_t i = 0; i < count; ++i) {
+  return for_each_element(call, count, [&](std::int64_t i) {
     math::adam(p, m, v, grad_sum, i, inv_count, lr, beta1, beta2, eps, wd, bias_correction1, bias_correction2);
-  }
-  call.commit();
-  return cudaSuccess;
+  });
 }
 
 }  // namespace antdt::cuda
