@@ -80,6 +80,11 @@ export LD_LIBRARY_PATH=$B/lib:$CUDA_HOME/lib64:$CUDA_HOME/lib${NCCL_DIR:+:$NCCL_
 export PATH=$B/bin:$PATH
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMPI_MCA_ess_singleton_isolated=1  # one-rank runs need no mpirun
+# Container runtimes (gVisor, Docker without ptrace) refuse process_vm_readv, which the shared
+# memory transport's single-copy path (CMA) needs: copy through the shared segment instead.
+export OMPI_MCA_btl_vader_single_copy_mechanism=none
+# Two ranks on one GPU machine: no core binding, so a partial /sys cannot fail the launch.
+export OMPI_MCA_hwloc_base_binding_policy=none
 ENV
 tar -C "$(dirname "$STAGE")" -cJf "$OUT/antdt-gpu-mpi.tar.xz" antdt-gpu
 echo "gpu-bundle: $OUT/antdt-gpu-mpi.tar.xz ($(du -h "$OUT/antdt-gpu-mpi.tar.xz" | cut -f1); $(du -sh "$STAGE" | cut -f1)" \
