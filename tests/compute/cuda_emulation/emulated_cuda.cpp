@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -67,6 +68,7 @@ struct State {
   std::set<const CUstream_st*> streams;
   std::set<const CUevent_st*> events;
   std::set<const cublasContext*> handles;
+  std::map<std::uintptr_t, std::size_t> registered;  // page-locked host ranges: base -> bytes
   std::size_t rejected = 0;
   std::string last_rejection;
 };
@@ -286,6 +288,11 @@ std::size_t rejected_calls() {
   std::lock_guard lock(s.mutex);
   return s.rejected;
 }
+std::size_t registered_host_ranges() {
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  return s.registered.size();
+}
 std::string last_rejection() {
   State& s = state();
   std::lock_guard lock(s.mutex);
@@ -482,6 +489,37 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
   return cudaSuccess;
 }
 
+// Page-locking host memory: nothing to lock here, but the ranges are tracked so that a double
+// registration, an overlap, device memory or an unknown unregistration is refused, as by CUDA.
+cudaError_t cudaHostRegister(void* ptr, std::size_t bytes, unsigned int /*flags*/) {
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  const auto base = reinterpret_cast<std::uintptr_t>(ptr);
+  if (ptr == nullptr || bytes == 0 || find(s, ptr) != nullptr) {
+    reject(s, "cudaHostRegister", hex(ptr) + ": not a non-empty range of host memory");
+    return cudaErrorInvalidValue;
+  }
+  auto next = s.registered.lower_bound(base);
+  const bool overlaps_next = next != s.registered.end() && next->first < base + bytes;
+  const bool overlaps_prev = next != s.registered.begin() && std::prev(next)->first + std::prev(next)->second > base;
+  if (overlaps_next || overlaps_prev) {
+    reject(s, "cudaHostRegister", hex(ptr) + " overlaps a range that is already registered");
+    return cudaErrorHostMemoryAlreadyRegistered;
+  }
+  s.registered[base] = bytes;
+  return cudaSuccess;
+}
+
+cudaError_t cudaHostUnregister(void* ptr) {
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  if (s.registered.erase(reinterpret_cast<std::uintptr_t>(ptr)) == 0) {
+    reject(s, "cudaHostUnregister", hex(ptr) + " is not the start of a registered range");
+    return cudaErrorHostMemoryNotRegistered;
+  }
+  return cudaSuccess;
+}
+
 // The launchers return their errors directly; nothing is ever left pending.
 cudaError_t cudaGetLastError() { return cudaSuccess; }
 
@@ -497,6 +535,10 @@ const char* cudaGetErrorName(cudaError_t error) {
       return "cudaErrorInvalidDevice";
     case cudaErrorInvalidResourceHandle:
       return "cudaErrorInvalidResourceHandle";
+    case cudaErrorHostMemoryAlreadyRegistered:
+      return "cudaErrorHostMemoryAlreadyRegistered";
+    case cudaErrorHostMemoryNotRegistered:
+      return "cudaErrorHostMemoryNotRegistered";
     default:
       return "cudaErrorUnknown";
   }

@@ -40,4 +40,7 @@ namespace antdt::emulated_cuda {
 [[nodiscard]] std::size_t rejected_calls();
 [[nodiscard]] std::string last_rejection();
 
+// Host ranges page-locked with cudaHostRegister and not yet unregistered.
+[[nodiscard]] std::size_t registered_host_ranges();
+
 }  // namespace antdt::emulated_cuda

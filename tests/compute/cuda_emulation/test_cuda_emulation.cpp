@@ -61,6 +61,33 @@ TEST(EmulatedCuda, HostCodeCannotTouchDeviceMemory) {
   ASSERT_EQ(cudaFree(d), cudaSuccess);
 }
 
+TEST(EmulatedCuda, TracksPageLockedHostRangesAsCudaDoes) {
+  const std::size_t rejected = antdt::emulated_cuda::rejected_calls();
+  std::vector<float> h(64, 1.0f);
+  ASSERT_EQ(cudaHostRegister(h.data(), 32 * sizeof(float), cudaHostRegisterDefault), cudaSuccess);
+  EXPECT_EQ(antdt::emulated_cuda::registered_host_ranges(), 1u);
+  EXPECT_EQ(cudaHostRegister(h.data() + 16, 8 * sizeof(float), cudaHostRegisterDefault),
+            cudaErrorHostMemoryAlreadyRegistered)
+      << "a range inside a registered one";
+  EXPECT_EQ(cudaHostRegister(h.data() + 31, 8 * sizeof(float), cudaHostRegisterDefault),
+            cudaErrorHostMemoryAlreadyRegistered)
+      << "a range overlapping its end";
+  ASSERT_EQ(cudaHostRegister(h.data() + 32, 32 * sizeof(float), cudaHostRegisterDefault), cudaSuccess)
+      << "the adjacent range does not overlap";
+  float* d = device_floats(8);
+  EXPECT_EQ(cudaHostRegister(d, 8 * sizeof(float), cudaHostRegisterDefault), cudaErrorInvalidValue)
+      << "device memory is not host memory";
+  EXPECT_EQ(cudaMemcpy(d, h.data() + 30, 8 * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess)
+      << "copies from registered memory work, across two ranges";
+  EXPECT_EQ(cudaHostUnregister(h.data() + 1), cudaErrorHostMemoryNotRegistered) << "not the start of a range";
+  EXPECT_EQ(cudaHostUnregister(h.data()), cudaSuccess);
+  EXPECT_EQ(cudaHostUnregister(h.data() + 32), cudaSuccess);
+  EXPECT_EQ(cudaHostUnregister(h.data()), cudaErrorHostMemoryNotRegistered) << "unregistered twice";
+  EXPECT_EQ(antdt::emulated_cuda::registered_host_ranges(), 0u);
+  EXPECT_EQ(antdt::emulated_cuda::rejected_calls(), rejected + 5);
+  ASSERT_EQ(cudaFree(d), cudaSuccess);
+}
+
 TEST(EmulatedCuda, RefusesWrongDirectionsAndOverruns) {
   float* d = device_floats(8);
   std::vector<float> h(16, 1.0f);
