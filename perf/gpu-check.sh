@@ -30,6 +30,7 @@ NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$NVCC")")}
 status=0
 t0=$SECONDS
+export NCCL_DEBUG=${NCCL_DEBUG:-WARN}  # NCCL says why, should its bootstrap or init fail there
 
 echo "== inventory"
 nvidia-smi --query-gpu=name,compute_cap,memory.total,memory.used,driver_version --format=csv 2>&1 || echo "nvidia-smi unavailable"
