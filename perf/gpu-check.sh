@@ -17,6 +17,12 @@
 #  4. Plan C (plan B's binaries): antdt-train on the GPU, 2 ranks sharing it, one emulated at
 #     half speed (one GPU cannot show mixed generations): static vs dd efficiency.
 # Exit status: non-zero when a check that ran failed. Steps that cannot run say why.
+#
+# Knobs: BENCH_SECONDS (per shape, default 1); SKIP_BUNDLE; SKIP_PLAN_B; PLAN_C_LAYERS,
+# PLAN_C_BATCH, PLAN_C_STEPS, PLAN_C_DEVICE. GPU_CHECK_BENCH (a bench binary),
+# GPU_CHECK_BENCH_MODE (its mode: smoke) and GPU_CHECK_BIN (a folder holding the plan B
+# binaries under their usual names) replace what the check would carry or build: the test
+# tests/compute/test_gpu_check.py runs this script on the emulated device that way.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-$ROOT/gpu-check-out}
@@ -44,25 +50,32 @@ echo "  building for sm_$ARCH"
 echo "== plan A: standalone CUDA self-check + benchmark (nvcc + cuBLAS only)"
 export LD_LIBRARY_PATH="$CUDA_HOME/lib64:$CUDA_HOME/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 BUNDLE="$ROOT/.gpu-bundle/antdt-bench-gpu"
-if [ -x "$BUNDLE" ] && [ -z "${SKIP_BUNDLE:-}" ]; then
+BENCH="$WORK/antdt-bench-gpu"
+# Runs the bench; it passes only when it ran to its end and said GPU-CHECK PASS (a bench that
+# finds no GPU says SKIPPED and exits 0, which on a GPU machine is a failure).
+run_bench() {
+  timeout 120 "$1" "${BENCH_SECONDS:-1.0}" ${GPU_CHECK_BENCH_MODE:-} 2>&1 | tee "$WORK/bench.log"
+  if [ "${PIPESTATUS[0]}" -ne 0 ] || ! grep -q "^GPU-CHECK PASS" "$WORK/bench.log"; then
+    echo "  plan A: FAILED: the bench did not end with GPU-CHECK PASS"
+    status=1
+  fi
+  BENCH_BIN=$1
+}
+if [ -n "${GPU_CHECK_BENCH:-}" ]; then
+  echo "  the bench given by GPU_CHECK_BENCH: $GPU_CHECK_BENCH"
+  run_bench "$GPU_CHECK_BENCH"
+elif [ -x "$BUNDLE" ] && [ -z "${SKIP_BUNDLE:-}" ]; then
   # Prebuilt by perf/gpu-bundle.sh with the host backend, so host/CUDA agreement is checked too.
   bundle_commit=$(cat "$ROOT/.gpu-bundle/commit" 2>/dev/null || echo unknown)
   head_commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
-  echo "  prebuilt $BUNDLE (commit $bundle_commit; tree at $head_commit)"
+  echo "  prebuilt $BUNDLE (commit $bundle_commit; tree at $head_commit; not built by hand)"
   if [ "$head_commit" != unknown ] && [ "$bundle_commit" != "$head_commit" ]; then
     echo "  WARNING: the bundle was built from another commit: rerun perf/gpu-bundle.sh"
   fi
-  timeout 120 "$BUNDLE" "${BENCH_SECONDS:-1.0}" || status=1
-  BENCH_DONE=1
-  BENCH_BIN=$BUNDLE
-fi
-BENCH="$WORK/antdt-bench-gpu"
-if [ -n "${BENCH_DONE:-}" ]; then
-  echo "  (not built by hand: the prebuilt bundle ran)"
+  run_bench "$BUNDLE"
 elif NVCC=$NVCC timeout 180 bash "$ROOT/perf/build-bench-gpu.sh" "$BENCH" "$ARCH"; then
   echo "  built in $((SECONDS - t0)) s"
-  timeout 120 "$BENCH" "${BENCH_SECONDS:-1.0}" || status=1
-  BENCH_BIN=$BENCH
+  run_bench "$BENCH"
 else
   echo "  FAILED to build antdt-bench-gpu"; status=1
 fi
@@ -111,6 +124,10 @@ BIN=""
 run_env() { "$@"; }
 if [ -n "${SKIP_PLAN_B:-}" ]; then
   echo "  SKIPPED: SKIP_PLAN_B is set"
+elif [ -n "${GPU_CHECK_BIN:-}" ]; then
+  BIN=$GPU_CHECK_BIN
+  echo "  the binaries given by GPU_CHECK_BIN: $BIN"
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 elif [ -f "$TARBALL" ] && [ -z "${SKIP_BUNDLE:-}" ]; then
   UNPACK=${TMPDIR:-/tmp}/antdt-gpu-bundle
   rm -rf "$UNPACK" && mkdir -p "$UNPACK"
@@ -188,7 +205,7 @@ else
   # GEMM work per step (6 x batch x parameters) well above the staged reduction of the
   # gradients (both ranks share the GPU, so NCCL is refused) and the HDF5 reads.
   layers=${PLAN_C_LAYERS:-256,2048,2048,10}
-  run_env "$BIN/antdt-datagen" -o "$WORK/train.h5" --samples 65536 --dim "${layers%%,*}" --classes 10 > /dev/null \
+  run_env "$BIN/antdt-datagen" -o "$WORK/train.h5" --samples 65536 --dim "${layers%%,*}" --classes "${layers##*,}" > /dev/null \
     || status=1
   for policy in static dd; do
     ANTDT_LOG_LEVEL=warn run_env timeout 60 mpirun -np 2 "$BIN/antdt-train" --data "$WORK/train.h5" \
