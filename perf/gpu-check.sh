@@ -121,13 +121,16 @@ echo "== plan B: the compute tests on the GPU (CUDA bodies, host/CUDA agreement,
 # bundle's environment (a subshell, so nothing else sees its libraries).
 TARBALL="$ROOT/.gpu-bundle/antdt-gpu-mpi.tar.xz"
 BIN=""
+# Open MPI as root, more ranks than cores, no CMA and no binding (see perf/gpu-bundle.sh's
+# env.sh, which sets the same for the carried Open MPI).
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 \
+  OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_hwloc_base_binding_policy=none
 run_env() { "$@"; }
 if [ -n "${SKIP_PLAN_B:-}" ]; then
   echo "  SKIPPED: SKIP_PLAN_B is set"
 elif [ -n "${GPU_CHECK_BIN:-}" ]; then
   BIN=$GPU_CHECK_BIN
   echo "  the binaries given by GPU_CHECK_BIN: $BIN"
-  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 elif [ -f "$TARBALL" ] && [ -z "${SKIP_BUNDLE:-}" ]; then
   UNPACK=${TMPDIR:-/tmp}/antdt-gpu-bundle
   rm -rf "$UNPACK" && mkdir -p "$UNPACK"
@@ -151,8 +154,6 @@ elif command -v cmake >/dev/null && command -v mpicxx >/dev/null && command -v h
     cp "$B"/tests/compute/test_compute_model "$B"/tests/compute/test_compute_reduce "$B"/apps/antdt-train \
        "$B"/apps/antdt-datagen "$WORK/bin/"
     BIN="$WORK/bin"
-    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 \
-      OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_hwloc_base_binding_policy=none
   else
     echo "  FAILED or timed out: see $WORK/cmake.log and $WORK/ninja.log"; tail -20 "$WORK/ninja.log" 2>/dev/null; status=1
   fi

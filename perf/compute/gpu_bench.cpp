@@ -47,6 +47,7 @@ namespace {
 
 using antdt::BatchResult;
 using antdt::Model;
+using antdt::test::central_difference_gradient;
 using antdt::test::gaussian_clusters;
 using antdt::test::reference_loss_sum;
 using antdt::test::relative_error;
@@ -76,17 +77,8 @@ bool self_checks(const antdt::DeviceInfo& dev, bool learning) {
     m->zero_gradients();
     const BatchResult r = m->accumulate(d.features.data(), d.labels.data(), 6);
     const std::vector<float> g = antdt::gradient_snapshot(*m);
-    std::vector<double> pd(p.begin(), p.end());
-    std::vector<float> fd(p.size());
-    for (std::size_t i = 0; i < p.size(); ++i) {
-      const double s = pd[i], h = 1e-6;
-      pd[i] = s + h;
-      const double up = reference_loss_sum(cfg.layers, pd, d);
-      pd[i] = s - h;
-      const double down = reference_loss_sum(cfg.layers, pd, d);
-      pd[i] = s;
-      fd[i] = static_cast<float>((up - down) / (2 * h));
-    }
+    const std::vector<double> pd(p.begin(), p.end());
+    const std::vector<float> fd = central_difference_gradient(cfg.layers, pd, d);
     const double e = relative_error(std::vector<float>(g.begin(), g.end() - 1), fd);
     const double loss = reference_loss_sum(cfg.layers, pd, d);
     ok &= report("gradient vs central differences", e < 1e-4 && g.back() == 6.0f, "rel err " + sci(e));

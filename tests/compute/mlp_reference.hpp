@@ -67,6 +67,23 @@ inline double reference_loss_sum(const std::vector<std::int64_t>& layers, const 
   return total;
 }
 
+// Gradient of reference_loss_sum by central differences with step h, one parameter at a time.
+inline std::vector<float> central_difference_gradient(const std::vector<std::int64_t>& layers,
+                                                      std::vector<double> params, const Samples& data,
+                                                      double h = 1e-6) {
+  std::vector<float> fd(params.size());
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const double saved = params[i];
+    params[i] = saved + h;
+    const double up = reference_loss_sum(layers, params, data);
+    params[i] = saved - h;
+    const double down = reference_loss_sum(layers, params, data);
+    params[i] = saved;
+    fd[i] = static_cast<float>((up - down) / (2 * h));
+  }
+  return fd;
+}
+
 // ||a - b|| / max(||b||, floor): the norm-wise relative error.
 inline double relative_error(const std::vector<float>& a, const std::vector<float>& b, double floor = 1e-12) {
   double diff = 0.0, norm = 0.0;

@@ -35,21 +35,11 @@ TEST_P(ModelTest, GradientMatchesCentralFiniteDifferences) {
   EXPECT_EQ(g.back(), 6.0f) << "the count slot holds the samples accumulated";
   EXPECT_EQ(r.samples, 6);
 
-  std::vector<double> pd(p.begin(), p.end());
+  const std::vector<double> pd(p.begin(), p.end());
   const double loss = reference_loss_sum(cfg.layers, pd, data);
   EXPECT_NEAR(r.loss_sum, loss, 1e-5 * std::fabs(loss));
 
-  std::vector<float> fd(p.size());
-  const double h = 1e-6;
-  for (std::size_t i = 0; i < p.size(); ++i) {
-    const double saved = pd[i];
-    pd[i] = saved + h;
-    const double up = reference_loss_sum(cfg.layers, pd, data);
-    pd[i] = saved - h;
-    const double down = reference_loss_sum(cfg.layers, pd, data);
-    pd[i] = saved;
-    fd[i] = static_cast<float>((up - down) / (2 * h));
-  }
+  const std::vector<float> fd = central_difference_gradient(cfg.layers, pd, data);
   const std::vector<float> analytic(g.begin(), g.end() - 1);
   EXPECT_LT(relative_error(analytic, fd), 1e-4);
   EXPECT_LT(max_elementwise_error(analytic, fd), 1e-2);
