@@ -1,7 +1,10 @@
 #include "antdt/device.hpp"
 
 #include <atomic>
+#include <mutex>
+#include <new>
 #include <string>
+#include <unordered_set>
 
 #include "antdt/config.hpp"
 #include "antdt/error.hpp"
@@ -98,4 +101,69 @@ DeviceInfo select_device([[maybe_unused]] int local_rank, DevicePreference prefe
   return info;
 }
 
+namespace detail {
+namespace {
+constexpr std::align_val_t kHostAlignment{64};
+
+// The pinned blocks handed out and not yet freed: free_host tells the two kinds apart by it.
+struct PinnedBlocks {
+  std::mutex mutex;
+  std::unordered_set<const void*> blocks;
+};
+PinnedBlocks& pinned_blocks() {
+  static auto* blocks = new PinnedBlocks;  // never destroyed: static vectors may free after exit
+  return *blocks;
+}
+std::atomic<bool> g_pin_failure_reported{false};
+}  // namespace
+
+void* allocate_host(std::size_t bytes, [[maybe_unused]] bool page_locked) {
+#if ANTDT_HAVE_CUDA
+  if (page_locked && bytes > 0) {
+    void* p = nullptr;
+    // Portable: pinned for every CUDA context of the process, not only the current device's.
+    const cudaError_t rc = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
+    if (rc == cudaSuccess) {
+      PinnedBlocks& pinned = pinned_blocks();
+      std::lock_guard lock(pinned.mutex);
+      pinned.blocks.insert(p);
+      return p;
+    }
+    cudaGetLastError();  // not sticky, but leave nothing for a later check to pick up
+    if (!g_pin_failure_reported.exchange(true)) {
+      ANTDT_LOG(warn) << "page-locking " << bytes << " bytes of host memory failed (" << cudaGetErrorName(rc)
+                      << "): batches stay in pageable memory, so host-to-device copies go through the driver's "
+                         "staging buffer (slower); raise the memlock limit (ulimit -l) to pin them";
+    }
+  }
+#endif
+  return ::operator new(bytes, kHostAlignment);
+}
+
+void free_host(void* p) noexcept {
+  if (p == nullptr) return;
+#if ANTDT_HAVE_CUDA
+  {
+    PinnedBlocks& pinned = pinned_blocks();
+    std::lock_guard lock(pinned.mutex);
+    if (pinned.blocks.erase(p) > 0) {
+      (void)cudaFreeHost(p);  // a failure here means the context is gone; nothing to do
+      return;
+    }
+  }
+#endif
+  ::operator delete(p, kHostAlignment);
+}
+
+bool is_page_locked([[maybe_unused]] const void* p) noexcept {
+#if ANTDT_HAVE_CUDA
+  PinnedBlocks& pinned = pinned_blocks();
+  std::lock_guard lock(pinned.mutex);
+  return pinned.blocks.count(p) > 0;
+#else
+  return false;
+#endif
+}
+
+}  // namespace detail
 }  // namespace antdt

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <cstdint>
+
 #include "antdt/config.hpp"
 #include "antdt/device.hpp"
 #include "antdt/error.hpp"
@@ -45,4 +47,28 @@ TEST(Device, ParsePreference) {
   EXPECT_EQ(parse_device_preference("host"), DevicePreference::host);
   EXPECT_EQ(parse_device_preference("cuda"), DevicePreference::cuda);
   EXPECT_THROW((void)parse_device_preference("tpu"), UsageError);
+}
+
+// Batch buffers: usable with or without pinning, on any machine. Without a GPU (or CUDA
+// support) a pinning request falls back to ordinary memory; with one it is pinned.
+TEST(Device, HostVectorServesAlignedMemoryPinnedOrNot) {
+  for (const bool page_locked : {false, true}) {
+    HostVector<float> v{PinnedAllocator<float>(page_locked)};
+    v.resize(3000, 0.25f);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(v.data()) % 64, 0u) << "aligned for vector loads";
+    v.push_back(9.0f);
+    EXPECT_EQ(v[2999], 0.25f);
+    EXPECT_EQ(v.back(), 9.0f);
+    EXPECT_EQ(v.get_allocator().page_locked(), page_locked);
+    // Pinned only when asked and a GPU is there (a memlock limit may still refuse it there).
+    if (!page_locked || cuda_device_count() == 0) {
+      EXPECT_FALSE(detail::is_page_locked(v.data()));
+    }
+    HostVector<float> moved = std::move(v);
+    EXPECT_EQ(moved.get_allocator().page_locked(), page_locked) << "the allocator travels with the buffer";
+  }
+  EXPECT_EQ(PinnedAllocator<float>(true), PinnedAllocator<int>(true));
+  EXPECT_NE(PinnedAllocator<float>(true), PinnedAllocator<float>(false));
+  EXPECT_FALSE(detail::is_page_locked(nullptr));
+  detail::free_host(nullptr);  // a no-op, like free(nullptr)
 }

@@ -38,6 +38,7 @@ struct CUstream_st {
 };
 struct CUevent_st {
   std::optional<std::chrono::steady_clock::time_point> recorded;
+  cudaStream_t stream = nullptr;  // where it was last recorded
 };
 struct cublasContext {
   cudaStream_t stream = nullptr;
@@ -62,6 +63,16 @@ struct Allocation {
   std::optional<cudaStream_t> pending_writer;  // its last write, while not yet ordered before other streams
 };
 
+// A cudaHostAlloc block. While an asynchronous copy from it (H2D) is in flight, host writes
+// fault; while one into it (D2H) is, any host access faults. "In flight" ends when its
+// stream, or the device, is synchronised.
+struct PinnedBlock {
+  std::size_t bytes = 0;
+  std::size_t mapped = 0;  // rounded up to pages
+  int device = 0;
+  std::set<cudaStream_t> reading, writing;  // streams with a copy from / into it in flight
+};
+
 struct State {
   std::mutex mutex;
   std::map<std::uintptr_t, Allocation> allocations;  // by base address
@@ -69,6 +80,7 @@ struct State {
   std::set<const CUevent_st*> events;
   std::set<const cublasContext*> handles;
   std::map<std::uintptr_t, std::size_t> registered;  // page-locked host ranges: base -> bytes
+  std::map<std::uintptr_t, PinnedBlock> pinned;      // cudaHostAlloc blocks, by base address
   std::size_t rejected = 0;
   std::string last_rejection;
 };
@@ -121,13 +133,55 @@ std::string stream_name(cudaStream_t stream) {
   return is_legacy(stream) ? "the legacy stream" : "stream " + hex(stream);
 }
 
-// Device memory is PROT_NONE except inside one of these: only emulated API calls touch it.
+// The host's access to a pinned block: none while a copy into it is in flight, read-only while
+// one from it is, else full.
+void guard_pinned(std::uintptr_t base, const PinnedBlock& b) {
+  const int prot = !b.writing.empty() ? PROT_NONE : !b.reading.empty() ? PROT_READ : PROT_READ | PROT_WRITE;
+  if (mprotect(reinterpret_cast<void*>(base), b.mapped, prot) != 0) std::abort();
+}
+
+// The copies in flight on `stream` (every stream of the device when it is the legacy stream,
+// whose synchronisation waits for all blocking streams) are done: their pinned blocks are the
+// host's again.
+void complete_copies(State& s, cudaStream_t stream) {
+  for (auto& [base, b] : s.pinned) {
+    if (b.device != t_device || (b.reading.empty() && b.writing.empty())) continue;
+    if (is_legacy(stream)) {
+      b.reading.clear();
+      b.writing.clear();
+    } else {
+      b.reading.erase(stream);
+      b.writing.erase(stream);
+    }
+    guard_pinned(base, b);
+  }
+}
+
+// The pinned block holding address p, or end().
+std::map<std::uintptr_t, PinnedBlock>::iterator find_pinned(State& s, const void* p) {
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  auto it = s.pinned.upper_bound(a);
+  if (it == s.pinned.begin()) return s.pinned.end();
+  --it;
+  return a < it->first + it->second.bytes ? it : s.pinned.end();
+}
+
+// Device memory is PROT_NONE, and pinned blocks with copies in flight are guarded, except
+// inside one of these: only emulated API calls touch them.
 class DeviceAccess {
  public:
-  explicit DeviceAccess(State& s) : s_(s) { protect(PROT_READ | PROT_WRITE); }
+  explicit DeviceAccess(State& s) : s_(s) {
+    protect(PROT_READ | PROT_WRITE);
+    for (const auto& [base, b] : s_.pinned) {
+      if (mprotect(reinterpret_cast<void*>(base), b.mapped, PROT_READ | PROT_WRITE) != 0) std::abort();
+    }
+  }
   DeviceAccess(const DeviceAccess&) = delete;
   DeviceAccess& operator=(const DeviceAccess&) = delete;
-  ~DeviceAccess() { protect(PROT_NONE); }
+  ~DeviceAccess() {
+    protect(PROT_NONE);
+    for (const auto& [base, b] : s_.pinned) guard_pinned(base, b);
+  }
 
  private:
   void protect(int prot) {
@@ -293,6 +347,11 @@ std::size_t registered_host_ranges() {
   std::lock_guard lock(s.mutex);
   return s.registered.size();
 }
+std::size_t pinned_host_blocks() {
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  return s.pinned.size();
+}
 std::string last_rejection() {
   State& s = state();
   std::lock_guard lock(s.mutex);
@@ -369,12 +428,61 @@ cudaError_t cudaFree(void* ptr) {
     reject(s, "cudaFree", hex(ptr) + " is not the start of a live device allocation");
     return cudaErrorInvalidValue;
   }
+  complete_copies(s, nullptr);
   munmap(ptr, it->second.mapped);
   s.allocations.erase(it);
   return cudaSuccess;
 }
 
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
+// Pinned host memory: mapped pages, tracked so that host access during an asynchronous copy
+// faults (see PinnedBlock). ANTDT_EMULATED_CUDA_PIN_LIMIT (bytes) caps the live total, as a
+// memlock limit does; past it the allocation fails with cudaErrorMemoryAllocation.
+cudaError_t cudaHostAlloc(void** ptr, std::size_t bytes, unsigned int /*flags*/) {
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  *ptr = nullptr;
+  if (bytes == 0) return cudaSuccess;
+  std::size_t live = 0;
+  for (const auto& [base, b] : s.pinned) live += b.mapped;
+  const std::size_t mapped = (bytes + page() - 1) / page() * page();
+  if (const char* limit = std::getenv("ANTDT_EMULATED_CUDA_PIN_LIMIT");
+      limit != nullptr && live + mapped > std::strtoull(limit, nullptr, 10)) {
+    return cudaErrorMemoryAllocation;
+  }
+  void* p = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return cudaErrorMemoryAllocation;
+  PinnedBlock block;
+  block.bytes = bytes;
+  block.mapped = mapped;
+  block.device = t_device;
+  s.pinned[reinterpret_cast<std::uintptr_t>(p)] = std::move(block);
+  *ptr = p;
+  return cudaSuccess;
+}
+
+// Waits for the device first, as cudaFree does.
+cudaError_t cudaFreeHost(void* ptr) {
+  if (ptr == nullptr) return cudaSuccess;
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  auto it = s.pinned.find(reinterpret_cast<std::uintptr_t>(ptr));
+  if (it == s.pinned.end()) {
+    reject(s, "cudaFreeHost", hex(ptr) + " is not the start of a live cudaHostAlloc block");
+    return cudaErrorInvalidValue;
+  }
+  complete_copies(s, nullptr);
+  munmap(ptr, it->second.mapped);
+  s.pinned.erase(it);
+  return cudaSuccess;
+}
+
+namespace {
+// cudaMemcpy and cudaMemcpyAsync. An asynchronous copy from or into a pinned block stays in
+// flight until its stream is synchronised (from pageable memory the driver stages the data
+// before returning, so those are safe to reuse at once). cudaMemcpy is synchronous: it also
+// waits for the device's earlier work, as a blocking legacy-stream call does.
+cudaError_t memcpy_on(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind, cudaStream_t stream,
+                      bool async) {
   State& s = state();
   std::lock_guard lock(s.mutex);
   if (kind == cudaMemcpyDefault) {
@@ -394,10 +502,28 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaM
     call.host(src, bytes, "source");
   }
   if (!call.check()) return cudaErrorInvalidValue;
-  return call.run([&] {
+  const cudaError_t status = call.run([&] {
     if (bytes > 0) std::memmove(dst, src, bytes);
     return cudaSuccess;
   });
+  if (!async) {
+    complete_copies(s, nullptr);
+  } else if (bytes > 0) {
+    if (auto from = find_pinned(s, src); kind == cudaMemcpyHostToDevice && from != s.pinned.end()) {
+      from->second.reading.insert(stream);
+      guard_pinned(from->first, from->second);
+    }
+    if (auto into = find_pinned(s, dst); kind == cudaMemcpyDeviceToHost && into != s.pinned.end()) {
+      into->second.writing.insert(stream);
+      guard_pinned(into->first, into->second);
+    }
+  }
+  return status;
+}
+}  // namespace
+
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
+  return memcpy_on(dst, src, bytes, kind, stream, true);
 }
 
 // Synchronous with respect to the host for device memory, on the legacy stream.
@@ -407,12 +533,13 @@ cudaError_t cudaDeviceSynchronize() {
   State& s = state();
   std::lock_guard lock(s.mutex);
   order_device_writes(s);
+  complete_copies(s, nullptr);
   return cudaSuccess;
 }
 
 // Synchronous: on the legacy stream, and complete on return.
 cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind) {
-  return cudaMemcpyAsync(dst, src, bytes, kind, nullptr);
+  return memcpy_on(dst, src, bytes, kind, nullptr, false);
 }
 
 cudaError_t cudaMemsetAsync(void* ptr, int value, std::size_t bytes, cudaStream_t stream) {
@@ -448,6 +575,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
       if (a.pending_writer == stream) a.pending_writer.reset();
     }
   }
+  complete_copies(s, stream);
   return cudaSuccess;
 }
 
@@ -463,6 +591,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
     return cudaErrorInvalidResourceHandle;
   }
   event->recorded = std::chrono::steady_clock::now();
+  event->stream = stream;
   return cudaSuccess;
 }
 
@@ -474,6 +603,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
     reject(s, "cudaEventSynchronize", "not a live event");
     return cudaErrorInvalidResourceHandle;
   }
+  if (event->recorded) complete_copies(s, event->stream);
   return cudaSuccess;
 }
 
@@ -498,6 +628,10 @@ cudaError_t cudaHostRegister(void* ptr, std::size_t bytes, unsigned int /*flags*
   if (ptr == nullptr || bytes == 0 || find(s, ptr) != nullptr) {
     reject(s, "cudaHostRegister", hex(ptr) + ": not a non-empty range of host memory");
     return cudaErrorInvalidValue;
+  }
+  if (find_pinned(s, ptr) != s.pinned.end()) {
+    reject(s, "cudaHostRegister", hex(ptr) + " lies in a cudaHostAlloc block, which is page-locked already");
+    return cudaErrorHostMemoryAlreadyRegistered;
   }
   auto next = s.registered.lower_bound(base);
   const bool overlaps_next = next != s.registered.end() && next->first < base + bytes;

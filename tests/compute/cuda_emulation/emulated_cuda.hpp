@@ -16,13 +16,18 @@
 //     that stream, or by going through the legacy default stream). Everything runs at once
 //     here, so without this check such a race would pass unnoticed; on a GPU it reads stale
 //     or half-written data.
+//   - pinned host memory (cudaHostAlloc) is not reused while an asynchronous copy is in flight:
+//     until the copy's stream (or the device) is synchronised, host writes to the block of an
+//     H2D copy fault, and any host access to the block of a D2H copy faults. From pageable
+//     memory the driver stages the data before returning, so such buffers are safe at once.
 // What it cannot check: kernel launch geometry, the loss kernel's shared-memory block
-// reduction, other hazards of asynchrony (write-after-read across streams; a host buffer
-// reused before its asynchronous copy completes), and performance. perf/gpu-check.sh covers
-// the GPU itself.
+// reduction, other hazards of asynchrony (write-after-read across streams; reuse of memory
+// page-locked with cudaHostRegister, which is not page-aligned and so is not guarded), and
+// performance. perf/gpu-check.sh covers the GPU itself.
 //
 // Devices: ANTDT_EMULATED_CUDA_DEVICES (default 1) emulated devices per process, each with
-// 4 GiB. NCCL communicators are MPI communicators split from MPI_COMM_WORLD, so every world
+// 4 GiB. ANTDT_EMULATED_CUDA_PIN_LIMIT (bytes) caps live pinned memory, as a memlock limit
+// does. NCCL communicators are MPI communicators split from MPI_COMM_WORLD, so every world
 // rank must create its communicator together (true of antdt's reducer).
 #pragma once
 
@@ -42,5 +47,8 @@ namespace antdt::emulated_cuda {
 
 // Host ranges page-locked with cudaHostRegister and not yet unregistered.
 [[nodiscard]] std::size_t registered_host_ranges();
+
+// Live cudaHostAlloc blocks.
+[[nodiscard]] std::size_t pinned_host_blocks();
 
 }  // namespace antdt::emulated_cuda

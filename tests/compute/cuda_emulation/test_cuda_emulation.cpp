@@ -24,8 +24,8 @@ namespace {
 sigjmp_buf g_jump;
 void on_fault(int) { siglongjmp(g_jump, 1); }
 
-// True when reading *p from host code faults.
-bool host_read_faults(const volatile float* p) {
+// True when host code reading *p (or, with `write`, writing it back) faults.
+bool host_access_faults(volatile float* p, bool write) {
   struct sigaction fault {
   }, old_segv{}, old_bus{};
   fault.sa_handler = on_fault;
@@ -34,13 +34,19 @@ bool host_read_faults(const volatile float* p) {
   sigaction(SIGBUS, &fault, &old_bus);
   volatile bool faulted = true;  // volatile: it must survive the siglongjmp
   if (sigsetjmp(g_jump, 1) == 0) {
-    (void)*p;
+    if (write) {
+      *p = 7.0f;
+    } else {
+      (void)*p;
+    }
     faulted = false;
   }
   sigaction(SIGSEGV, &old_segv, nullptr);
   sigaction(SIGBUS, &old_bus, nullptr);
   return faulted;
 }
+bool host_read_faults(const volatile float* p) { return host_access_faults(const_cast<volatile float*>(p), false); }
+bool host_write_faults(volatile float* p) { return host_access_faults(p, true); }
 
 float* device_floats(std::size_t n) {
   void* p = nullptr;
@@ -86,6 +92,89 @@ TEST(EmulatedCuda, TracksPageLockedHostRangesAsCudaDoes) {
   EXPECT_EQ(antdt::emulated_cuda::registered_host_ranges(), 0u);
   EXPECT_EQ(antdt::emulated_cuda::rejected_calls(), rejected + 5);
   ASSERT_EQ(cudaFree(d), cudaSuccess);
+}
+
+TEST(EmulatedCuda, GuardsPinnedMemoryWhileAnAsynchronousCopyIsInFlight) {
+  const std::size_t rejected = antdt::emulated_cuda::rejected_calls();
+  void* raw = nullptr;
+  ASSERT_EQ(cudaHostAlloc(&raw, 64 * sizeof(float), cudaHostAllocPortable), cudaSuccess);
+  auto* h = static_cast<float*>(raw);
+  for (int i = 0; i < 64; ++i) h[i] = static_cast<float>(i);
+  EXPECT_EQ(antdt::emulated_cuda::pinned_host_blocks(), 1u);
+  float* d = device_floats(64);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+
+  // H2D from pinned memory: the host may read it but not write it until the stream is synced.
+  ASSERT_EQ(cudaMemcpyAsync(d, h, 64 * sizeof(float), cudaMemcpyHostToDevice, stream), cudaSuccess);
+  EXPECT_TRUE(host_write_faults(h + 5)) << "rewriting a batch while its copy is in flight is a race on a GPU";
+  EXPECT_FALSE(host_read_faults(h + 5));
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  EXPECT_FALSE(host_write_faults(h + 5)) << "the copy is done once its stream is synchronised";
+
+  // D2H into pinned memory: no host access at all until an event after it has completed.
+  cudaEvent_t done = nullptr;
+  ASSERT_EQ(cudaEventCreate(&done), cudaSuccess);
+  ASSERT_EQ(cudaMemcpyAsync(h, d, 64 * sizeof(float), cudaMemcpyDeviceToHost, stream), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(done, stream), cudaSuccess);
+  EXPECT_TRUE(host_read_faults(h + 63)) << "the result is not there before the copy completes";
+  ASSERT_EQ(cudaEventSynchronize(done), cudaSuccess);
+  EXPECT_FALSE(host_read_faults(h + 63));
+  EXPECT_EQ(h[3], 3.0f) << "the round trip kept the data";
+
+  // Synchronous copies, and asynchronous ones from pageable memory, are complete on return.
+  ASSERT_EQ(cudaMemcpy(d, h, 64 * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+  EXPECT_FALSE(host_write_faults(h));
+  std::vector<float> pageable(64, 1.0f);
+  ASSERT_EQ(cudaMemcpyAsync(d, pageable.data(), 64 * sizeof(float), cudaMemcpyHostToDevice, stream), cudaSuccess);
+  EXPECT_FALSE(host_write_faults(pageable.data()));
+  // A copy in flight on the legacy stream ends with the device synchronisation.
+  ASSERT_EQ(cudaMemcpyAsync(d, h, 64 * sizeof(float), cudaMemcpyHostToDevice, nullptr), cudaSuccess);
+  EXPECT_TRUE(host_write_faults(h));
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_FALSE(host_write_faults(h));
+
+  EXPECT_EQ(cudaHostRegister(h, 16, cudaHostRegisterDefault), cudaErrorHostMemoryAlreadyRegistered)
+      << "cudaHostAlloc memory is page-locked already";
+  EXPECT_EQ(cudaFreeHost(h + 1), cudaErrorInvalidValue) << "not the start of a block";
+  ASSERT_EQ(cudaFreeHost(h), cudaSuccess);
+  EXPECT_EQ(antdt::emulated_cuda::pinned_host_blocks(), 0u);
+  EXPECT_EQ(antdt::emulated_cuda::rejected_calls(), rejected + 2);
+  ASSERT_EQ(cudaEventDestroy(done), cudaSuccess);
+  ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+  ASSERT_EQ(cudaFree(d), cudaSuccess);
+}
+
+// antdt::HostVector pins its memory on a CUDA build, and falls back to ordinary memory when
+// pinning is refused (a memlock limit), without an error.
+TEST(EmulatedCuda, HostVectorPinsAndFallsBackWhenPinningIsRefused) {
+  const std::size_t rejected = antdt::emulated_cuda::rejected_calls();
+  {
+    antdt::HostVector<float> pinned{antdt::PinnedAllocator<float>(true)};
+    pinned.resize(1000, 1.5f);
+    EXPECT_TRUE(antdt::detail::is_page_locked(pinned.data()));
+    EXPECT_EQ(antdt::emulated_cuda::pinned_host_blocks(), 1u);
+    antdt::HostVector<float> plain{antdt::PinnedAllocator<float>(false)};
+    plain.resize(1000, 2.5f);
+    EXPECT_FALSE(antdt::detail::is_page_locked(plain.data()));
+    EXPECT_EQ(antdt::emulated_cuda::pinned_host_blocks(), 1u) << "page_locked false never pins";
+    pinned.resize(100000);  // grows into a new pinned block and frees the old one
+    EXPECT_TRUE(antdt::detail::is_page_locked(pinned.data()));
+    EXPECT_EQ(pinned[999], 1.5f) << "growth keeps the contents";
+    EXPECT_EQ(antdt::emulated_cuda::pinned_host_blocks(), 1u);
+  }
+  EXPECT_EQ(antdt::emulated_cuda::pinned_host_blocks(), 0u) << "every pinned block is freed";
+
+  ASSERT_EQ(setenv("ANTDT_EMULATED_CUDA_PIN_LIMIT", "4096", 1), 0);
+  {
+    antdt::HostVector<float> refused{antdt::PinnedAllocator<float>(true)};
+    refused.resize(100000, 3.5f);  // 400 kB: past the limit
+    EXPECT_FALSE(antdt::detail::is_page_locked(refused.data()));
+    EXPECT_EQ(refused[99999], 3.5f) << "ordinary memory serves instead";
+    EXPECT_EQ(antdt::emulated_cuda::pinned_host_blocks(), 0u);
+  }
+  ASSERT_EQ(unsetenv("ANTDT_EMULATED_CUDA_PIN_LIMIT"), 0);
+  EXPECT_EQ(antdt::emulated_cuda::rejected_calls(), rejected) << "a refused pin is not a misuse";
 }
 
 TEST(EmulatedCuda, RefusesWrongDirectionsAndOverruns) {
