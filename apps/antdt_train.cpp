@@ -49,6 +49,7 @@ struct TrainOptions {
   float weight_decay = 0.0f;
   std::uint64_t model_seed = 1;
   std::string device = "auto";
+  bool pin_memory = true;
   // schedule
   std::int64_t global_batch = 256;
   std::int64_t steps = 0;
@@ -142,6 +143,11 @@ void add_options(CLI::App& app, TrainOptions& o) {
       ->group(model)
       ->check(CLI::IsMember({"auto", "host", "cuda"}))
       ->capture_default_str();
+  app.add_flag("--pin-memory,!--no-pin-memory", o.pin_memory,
+               "On a GPU, read batches into page-locked host memory so their copy to the device goes by DMA; "
+               "falls back to pageable memory (with a warning) if the system refuses to pin (default: on)")
+      ->group(model)
+      ->capture_default_str();
 
   const char* sched = "Schedule";
   app.add_option("--global-batch", o.global_batch, "Samples per step across all ranks (B)")
@@ -185,7 +191,7 @@ void add_options(CLI::App& app, TrainOptions& o) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_flag("--probe,!--no-probe", o.probe,
-               "Time a few micro-steps per rank at start so the planner begins from the best split")
+               "Time a few micro-steps per rank at start so the planner begins from the best split (default: on)")
       ->group(pol)
       ->capture_default_str();
   app.add_option("--min-gain", o.min_gain, "Re-plan only when the predicted step time improves by this fraction")
@@ -316,20 +322,25 @@ void agree(MPI_Comm comm, const std::function<void()>& local) {
   }
 }
 
+// One rank's batch in host memory, page-locked on a GPU (--pin-memory).
 struct Batch {
-  std::vector<float> features;
-  std::vector<std::int32_t> labels;
+  explicit Batch(bool page_locked)
+      : features(antdt::PinnedAllocator<float>(page_locked)),
+        labels(antdt::PinnedAllocator<std::int32_t>(page_locked)) {}
+  antdt::HostVector<float> features;
+  antdt::HostVector<std::int32_t> labels;
 };
 
-// Evaluates on every rank's contiguous slice of `eval`, then sums over ranks.
-std::pair<double, double> evaluate(antdt::Model& model, antdt::data::Dataset& eval, MPI_Comm comm, std::int64_t chunk) {
+// Evaluates on every rank's contiguous slice of `eval`, then sums over ranks. `b` is scratch
+// (the training batch's buffers, so that no second pinned buffer is allocated).
+std::pair<double, double> evaluate(antdt::Model& model, antdt::data::Dataset& eval, MPI_Comm comm, std::int64_t chunk,
+                                   Batch& b) {
   int rank = 0, world = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &world);
   const std::int64_t n = eval.size();
   const std::int64_t lo = n * rank / world, hi = n * (rank + 1) / world;
   double sums[3] = {0, 0, 0};  // loss, correct, count
-  Batch b;
   std::vector<std::int64_t> idx;
   for (std::int64_t start = lo; start < hi; start += chunk) {
     const std::int64_t m = std::min(chunk, hi - start);
@@ -432,6 +443,14 @@ int run(const TrainOptions& o, int world_size) {
   const MPI_Comm comm = session.comm().get();
   const bool root = session.rank() == 0;
   auto reducer = make_reducer(session.comm(), device);
+  // Batch buffers, page-locked on a GPU. Reserved for an even share now; they grow (rarely,
+  // geometrically) when the Controller gives this rank more.
+  Batch batch(o.pin_memory && device.backend == Backend::cuda);
+  {
+    const auto share = static_cast<std::size_t>((o.global_batch + world_size - 1) / world_size);
+    batch.features.reserve(share * static_cast<std::size_t>(train->dim()));
+    batch.labels.reserve(share);
+  }
   {
     std::vector<std::int64_t> caps(static_cast<std::size_t>(world_size));
     ANTDT_CHECK_MPI(MPI_Gather(&cap, 1, MPI_INT64_T, caps.data(), 1, MPI_INT64_T, 0, comm));
@@ -439,7 +458,8 @@ int run(const TrainOptions& o, int world_size) {
       std::string c;
       for (auto v : caps) c += (c.empty() ? "" : ",") + std::to_string(v);
       ANTDT_LOG(info) << "model: " << model->parameter_count() << " parameters on " << backend_name(device.backend)
-                      << "; micro-batch caps m_i [" << c << "]; reduction via " << reducer->name();
+                      << "; micro-batch caps m_i [" << c << "]; reduction via " << reducer->name()
+                      << (detail::is_page_locked(batch.features.data()) ? "; batches in page-locked host memory" : "");
     }
   }
 
@@ -496,7 +516,6 @@ int run(const TrainOptions& o, int world_size) {
     }
   }
 
-  Batch batch;
   if (!resumed && o.probe && o.policy != "static") {
     // A few micro-steps on this rank's first samples time its speed for the planner.
     const std::int64_t n =
@@ -571,7 +590,7 @@ int run(const TrainOptions& o, int world_size) {
     if (recent_loss.size() > 10) recent_loss.erase(recent_loss.begin());
     const std::int64_t done_steps = session.step();
     if (eval && o.eval_every > 0 && done_steps % o.eval_every == 0) {
-      eval_result = evaluate(*model, *eval, comm, cap);
+      eval_result = evaluate(*model, *eval, comm, cap, batch);
       if (root) {
         ANTDT_LOG(info) << "step " << done_steps << ": eval loss " << eval_result->first << ", accuracy "
                         << eval_result->second;
@@ -604,7 +623,7 @@ int run(const TrainOptions& o, int world_size) {
     }
   }
   const double wall = MPI_Wtime() - t_start;
-  if (eval) eval_result = evaluate(*model, *eval, comm, cap);
+  if (eval) eval_result = evaluate(*model, *eval, comm, cap, batch);
   if (!ckpt_dir.empty()) save_checkpoint();
 
   if (root) {
@@ -612,6 +631,7 @@ int run(const TrainOptions& o, int world_size) {
     sum.backend = std::string(backend_name(device.backend));
     sum.device = device.name;
     sum.reducer = std::string(reducer->name());
+    sum.pinned_batches = detail::is_page_locked(batch.features.data());
     sum.job_id = job;
     sum.wall_seconds = wall;
     summarize_session(session, sum);

@@ -219,7 +219,8 @@ else
 import json, sys
 s, d = (json.load(open(p)) for p in sys.argv[1:3])
 for name, r in (("static", s), ("dd", d)):
-    print(f"  {name:>6}: {r['device']}, reducer {r['reducer']}, {r['throughput']:9.0f} samples/s, "
+    print(f"  {name:>6}: {r['device']}, reducer {r['reducer']}, pinned batches {r['pinned_batches']}, "
+          f"{r['throughput']:9.0f} samples/s, "
           f"efficiency {r['efficiency']:.3f}, split {r['final_split']}, duplicated {r['duplicated_samples']}")
 print(f"  dd / static throughput {d['throughput'] / s['throughput']:.2f}x (limit 1.5x for speeds 1, 0.5)")
 PY

@@ -1,8 +1,8 @@
 // MPI reduction of the fused gradient buffer, and the backend list / selection.
 //
 // Host buffers are reduced in place with MPI_Allreduce(MPI_IN_PLACE, MPI_SUM). Device buffers
-// (a CUDA model whose ranks cannot use NCCL) are staged through a host copy, because Open MPI
-// here is not CUDA-aware. Counts above INT_MAX go in INT_MAX-sized pieces (MPI counts are int).
+// (a CUDA model whose ranks cannot use NCCL) are staged through a page-locked host copy,
+// because Open MPI here is not CUDA-aware. Counts above INT_MAX go in INT_MAX-sized pieces (MPI counts are int).
 #include <algorithm>
 #include <climits>
 #include <cstddef>
@@ -11,6 +11,7 @@
 
 #include <mpi.h>
 
+#include "antdt/device.hpp"
 #include "antdt/error.hpp"
 #include "antdt/log.hpp"
 #include "comm/reducer_backends.hpp"
@@ -29,7 +30,9 @@ void allreduce_host(MPI_Comm comm, float* buffer, std::int64_t count) {
 
 class MpiReducer final : public GradientReducer {
  public:
-  MpiReducer(const Communicator& comm, bool device_buffers) : comm_(comm.get()), device_buffers_(device_buffers) {}
+  // Device buffers are staged through page-locked memory, so both copies go by DMA.
+  MpiReducer(const Communicator& comm, bool device_buffers)
+      : comm_(comm.get()), device_buffers_(device_buffers), staging_(PinnedAllocator<float>(device_buffers)) {}
 
   [[nodiscard]] std::string_view name() const override { return "mpi"; }
 
@@ -49,7 +52,7 @@ class MpiReducer final : public GradientReducer {
  private:
   MPI_Comm comm_;  // not owned
   bool device_buffers_;
-  std::vector<float> staging_;
+  HostVector<float> staging_;
 };
 
 // True on every rank when no two ranks on one node use the same GPU. Collective over comm.

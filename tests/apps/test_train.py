@@ -287,6 +287,27 @@ class EmulatedCuda(Workdir):
             # Rounding differs by ~1e-7, so at most a sample on a near-tie may flip.
             self.assertLessEqual(abs(s["eval_accuracy"] - host["eval_accuracy"]), 1.0 / 300 + 1e-9)
 
+    def test_pinned_batches_train_exactly_as_pageable_ones(self):
+        """Batches in page-locked memory (the default on a GPU) must give the same parameters
+        bit for bit. The emulated device faults any host write to a pinned batch while its
+        copy is in flight, so a reuse race fails this run. A refused pin (memlock limit) falls
+        back to pageable memory with one warning."""
+        args = [*self.base(), "--policy", "static", "--steps", "12", "--eval-data", self.eval, "--eval-every", "5"]
+        sums = {}
+        for name, extra, env in (("pinned", [], {}), ("pageable", ["--no-pin-memory"], {}),
+                                 ("refused", [], {"ANTDT_EMULATED_CUDA_PIN_LIMIT": "0"})):
+            js = os.path.join(self.dir, f"emu-pin-{name}.json")
+            r = mpirun(2, *args, *extra, "--device", "cuda", "--summary-json", js, train=TRAIN_EMULATED_CUDA,
+                       env=dict(ENV, ANTDT_EMULATED_CUDA_DEVICES="1", **env))
+            self.assertEqual(r.returncode, 0, r.stderr)
+            s = self.summary(js)
+            self.assertEqual(s["reducer"], "mpi", "one device: staged through (pinned) host memory")
+            self.assertEqual(s["pinned_batches"], name == "pinned", name)
+            self.assertEqual("page-locking" in r.stderr, name == "refused", r.stderr)
+            sums[name] = s["parameter_checksum"]
+        self.assertEqual(sums["pinned"], sums["pageable"])
+        self.assertEqual(sums["pinned"], sums["refused"])
+
     def test_cuda_kill_and_resume_equals_uninterrupted(self):
         a_dir, b_dir = os.path.join(self.dir, "emu-ck-a"), os.path.join(self.dir, "emu-ck-b")
         args = [*self.base(), "--policy", "static", "--optimizer", "adam", "--lr", "0.01",
