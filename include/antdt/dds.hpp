@@ -28,13 +28,18 @@
 namespace antdt::dds {
 
 struct LedgerOptions {
-  std::int64_t dataset_size = 0;  // N >= 1
+  std::int64_t dataset_size = 0;  // 1 <= N <= kMaxDatasetSize
   std::int64_t shard_size = 0;    // 0: default_shard_size(N, kDefaultMicroBatch)
   std::uint64_t seed = 0;
   bool shuffle_shards = true;         // each epoch visits the shards in its own seeded order
   bool shuffle_within_shard = false;  // each (epoch, shard) has its own seeded sample order
   std::int64_t max_epochs = 0;        // 0 = unlimited; otherwise no epoch >= max_epochs is opened
 };
+
+// The largest data set (samples) a ledger accepts: 2^36, about 6.9e10. It keeps every
+// position sum far from int64 overflow and bounds the Coordinator's coverage bitmap (one bit
+// per sample per open epoch, 8 GiB at the limit), so a corrupt checkpoint cannot ask for more.
+inline constexpr std::int64_t kMaxDatasetSize = std::int64_t{1} << 36;
 
 // The micro-batch assumed when LedgerOptions::shard_size is 0. The Session passes its real
 // micro-batch through default_shard_size instead.
@@ -230,7 +235,12 @@ class Coordinator {
     std::int64_t duplicated = 0;
     std::vector<std::uint64_t> seen;  // one bit per sample index
   };
+  // The most duplicated commits one epoch's coverage may record (2^62): its counters cannot
+  // overflow, and a checkpoint claiming more is corrupt.
+  static constexpr std::int64_t kMaxCoverageCount = std::int64_t{1} << 62;
   Coordinator(Ledger ledger, int prefetch_steps);
+  static void check_coverage(const Ledger& ledger, const std::vector<EpochCoverage>& coverage,
+                             const std::vector<OpenCoverage>& open);
   void count(const Grant& run);
   void finish_epoch(std::int64_t epoch);
 
@@ -246,7 +256,8 @@ class Coordinator {
 class Client {
  public:
   explicit Client(const LedgerOptions& options);
-  // Keeps only the grants for my_rank, in order.
+  // Keeps only the grants for my_rank, in order. Throws antdt::Error, adding nothing, if one
+  // of them is outside the data set (a corrupt control reply).
   void add(const std::vector<Grant>& grants, int my_rank);
   // Sample indices of the next k positions (fewer if it holds fewer).
   std::vector<std::int64_t> take(std::int64_t k);

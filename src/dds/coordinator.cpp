@@ -164,6 +164,48 @@ std::vector<std::byte> Coordinator::serialize() const {
   return w.take();
 }
 
+// The coverage counter's invariants against the restored ledger, so that a corrupt
+// checkpoint cannot make later counting overflow or disagree with the ledger.
+void Coordinator::check_coverage(const Ledger& ledger, const std::vector<EpochCoverage>& coverage,
+                                 const std::vector<OpenCoverage>& open) {
+  const std::int64_t n = ledger.map().dataset_size();
+  const auto fail = [](std::int64_t epoch, const std::string& what) {
+    throw CheckpointError("DDS coordinator checkpoint: coverage of epoch " + std::to_string(epoch) + ": " + what);
+  };
+  for (const auto& c : coverage) {
+    // committed = distinct indices seen (n - missing) + duplicated; counts stay below 2^62.
+    if (c.missing < 0 || c.missing > n || c.duplicated < 0 || c.duplicated > kMaxCoverageCount ||
+        c.committed != n - c.missing + c.duplicated) {
+      fail(c.epoch, "committed " + std::to_string(c.committed) + ", missing " + std::to_string(c.missing) +
+                        " and duplicated " + std::to_string(c.duplicated) +
+                        " do not satisfy committed == dataset size - missing + duplicated (each in range)");
+    }
+  }
+  const auto words = static_cast<std::size_t>((n + 63) / 64);
+  const auto counts = ledger.counts();
+  for (std::size_t i = 0; i < open.size(); ++i) {
+    const auto& c = open[i];
+    if (c.seen.size() != words) fail(c.epoch, "the bitmap does not match the data set size");
+    if (n % 64 != 0 && (c.seen.back() >> static_cast<unsigned>(n % 64)) != 0)
+      fail(c.epoch, "the bitmap marks indices past the data set");
+    std::int64_t seen = 0;
+    for (const std::uint64_t word : c.seen) seen += std::popcount(word);
+    const auto e = std::find_if(counts.begin(), counts.end(), [&](const auto& k) { return k.epoch == c.epoch; });
+    if (e == counts.end()) fail(c.epoch, "the epoch is not open in the ledger");
+    if (c.duplicated < 0 || c.duplicated > kMaxCoverageCount || c.committed != seen + c.duplicated || seen != e->done)
+      fail(c.epoch, "committed " + std::to_string(c.committed) + " and duplicated " + std::to_string(c.duplicated) +
+                        " disagree with the " + std::to_string(seen) + " indices of the bitmap or the ledger's " +
+                        std::to_string(e->done) + " done");
+    for (std::size_t j = 0; j < i; ++j) {
+      if (open[j].epoch == c.epoch) fail(c.epoch, "the epoch has two bitmaps");
+    }
+  }
+  for (const auto& k : counts) {
+    const bool counted = std::any_of(open.begin(), open.end(), [&](const auto& c) { return c.epoch == k.epoch; });
+    if (k.done > 0 && !counted) fail(k.epoch, std::to_string(k.done) + " positions are done but none was counted");
+  }
+}
+
 Coordinator Coordinator::restore(std::span<const std::byte> bytes, int world_size, int prefetch_steps) {
   std::vector<std::byte> ledger_bytes;
   std::vector<EpochCoverage> coverage;
@@ -195,11 +237,7 @@ Coordinator Coordinator::restore(std::span<const std::byte> bytes, int world_siz
     throw CheckpointError(std::string("DDS coordinator checkpoint is corrupt or truncated: ") + e.what());
   }
   Coordinator coordinator(Ledger::restore(ledger_bytes, world_size), prefetch_steps);
-  const auto words = static_cast<std::size_t>((coordinator.ledger_.map().dataset_size() + 63) / 64);
-  for (const auto& c : open) {
-    if (c.seen.size() != words)
-      throw CheckpointError("DDS coordinator checkpoint: coverage bitmap does not match the data set size");
-  }
+  check_coverage(coordinator.ledger_, coverage, open);
   coordinator.coverage_ = std::move(coverage);
   coordinator.open_coverage_ = std::move(open);
   return coordinator;
@@ -211,7 +249,18 @@ Client::Client(const LedgerOptions& options) : map_(options) {}
 
 void Client::add(const std::vector<Grant>& grants, int my_rank) {
   for (const auto& g : grants) {
-    if (g.rank != my_rank || g.size() <= 0) continue;
+    if (g.rank != my_rank) continue;
+    // The grants come off the wire: a run outside this rank's shard map is a corrupt reply.
+    // All are checked before any is added.
+    if (g.epoch < 0 || g.shard < 0 || g.shard >= map_.num_shards() || g.begin < 0 || g.begin > g.end ||
+        g.end > map_.shard_length(g.shard)) {
+      throw Error("dds: grant of epoch " + std::to_string(g.epoch) + ", shard " + std::to_string(g.shard) + ", [" +
+                  std::to_string(g.begin) + ", " + std::to_string(g.end) + ") is outside the data set's " +
+                  std::to_string(map_.num_shards()) + " shards");
+    }
+  }
+  for (const auto& g : grants) {
+    if (g.rank != my_rank || g.size() == 0) continue;
     grants_.push_back(g);
     held_ += g.size();
   }

@@ -12,6 +12,7 @@
 // every transition moves positions between them, so counts() is O(open epochs).
 // check_identity() recounts todo and doing from the pieces themselves and compares.
 #include <algorithm>
+#include <limits>
 #include <string>
 
 #include "antdt/dds.hpp"
@@ -325,14 +326,31 @@ Ledger Ledger::restore(std::span<const std::byte> bytes, int world_size) {
     options.shuffle_within_shard = r.get<std::uint8_t>() != 0;
     options.max_epochs = r.get<std::int64_t>();
     const auto old_world = r.get<std::int32_t>();
-    if (old_world < 1 || old_world > (1 << 24)) throw CheckpointError("bad world size " + std::to_string(old_world));
+    // Each old rank has two lists below, 8 bytes each at least, so the bytes bound the count.
+    if (old_world < 1 || static_cast<std::uint64_t>(old_world) > r.remaining() / 16) {
+      throw CheckpointError("saved world size " + std::to_string(old_world) + " is out of range [1, " +
+                            std::to_string(r.remaining() / 16) + "] (two 8-byte list headers per rank follow)");
+    }
     Ledger ledger(options, world_size);
     const ShardMap& map = ledger.map_;
     if (map.shard_size() != options.shard_size) throw CheckpointError("bad shard size");
     ledger.next_epoch_ = r.get<std::int64_t>();
+    // acquire increments next_epoch_; at the maximum that would overflow.
+    if (ledger.next_epoch_ < 0 || ledger.next_epoch_ == std::numeric_limits<std::int64_t>::max() ||
+        (options.max_epochs > 0 && ledger.next_epoch_ > options.max_epochs)) {
+      throw CheckpointError(
+          "next epoch " + std::to_string(ledger.next_epoch_) + " is out of range [0, " +
+          (options.max_epochs > 0 ? std::to_string(options.max_epochs) + "] (max_epochs)" : std::string("2^63 - 1)")));
+    }
     ledger.completed_ = r.get_vector<std::int64_t>();
+    for (const auto epoch : ledger.completed_) {
+      if (epoch < 0 || epoch >= ledger.next_epoch_) {
+        throw CheckpointError("completed epoch " + std::to_string(epoch) + " was never started (next epoch " +
+                              std::to_string(ledger.next_epoch_) + ")");
+      }
+    }
     const auto open_count = r.get<std::uint64_t>();
-    if (open_count > static_cast<std::uint64_t>(ledger.next_epoch_ < 0 ? 0 : ledger.next_epoch_)) {
+    if (open_count > static_cast<std::uint64_t>(ledger.next_epoch_)) {
       throw CheckpointError("more open epochs than epochs started");
     }
     auto check_range = [&](std::int64_t epoch, std::int64_t shard, std::int64_t begin, std::int64_t end) {
@@ -352,6 +370,14 @@ Ledger Ledger::restore(std::span<const std::byte> bytes, int world_size) {
       if (e.epoch < 0 || e.epoch >= ledger.next_epoch_ || e.next_order < 0 || e.next_order > map.num_shards() ||
           (!ledger.open_.empty() && ledger.open_.back().epoch >= e.epoch)) {
         throw CheckpointError("bad open epoch record");
+      }
+      // Each counter is a number of positions of one epoch, so in [0, N]; check_identity
+      // then checks their sum, without overflow.
+      const std::int64_t n = map.dataset_size();
+      if (e.todo < 0 || e.todo > n || e.doing < 0 || e.doing > n || e.done < 0 || e.done > n) {
+        throw CheckpointError("open epoch " + std::to_string(e.epoch) + ": todo " + std::to_string(e.todo) +
+                              ", doing " + std::to_string(e.doing) + " or done " + std::to_string(e.done) +
+                              " is outside [0, dataset size " + std::to_string(n) + "]");
       }
       const auto returned = r.get_vector<TodoPiece>();
       e.returned.assign(returned.begin(), returned.end());

@@ -89,8 +89,7 @@ std::uint64_t within_key(std::uint64_t seed, std::int64_t epoch, std::int64_t sh
 std::int64_t default_shard_size(std::int64_t dataset_size, std::int64_t typical_micro_batch) {
   if (dataset_size < 1) throw UsageError("dds: dataset size must be at least 1, got " + std::to_string(dataset_size));
   const std::int64_t micro = typical_micro_batch < 1 ? 1 : typical_micro_batch;
-  const std::int64_t size = 10 * micro;
-  return size > dataset_size ? dataset_size : size;
+  return micro > dataset_size / 10 ? dataset_size : 10 * micro;  // 10 * micro may overflow
 }
 
 ShardMap::ShardMap(const LedgerOptions& options)
@@ -104,6 +103,10 @@ ShardMap::ShardMap(const LedgerOptions& options)
     throw UsageError("dds: dataset_size must be at least 1, got " + std::to_string(dataset_size_) +
                      "; an empty data set cannot be sharded");
   }
+  if (dataset_size_ > kMaxDatasetSize) {
+    throw UsageError("dds: dataset_size " + std::to_string(dataset_size_) + " exceeds the limit of " +
+                     std::to_string(kMaxDatasetSize) + " samples (kMaxDatasetSize)");
+  }
   if (shard_size_ < 0)
     throw UsageError("dds: shard_size must be >= 0 (0 = automatic), got " + std::to_string(shard_size_));
   if (options.max_epochs < 0) {
@@ -111,7 +114,7 @@ ShardMap::ShardMap(const LedgerOptions& options)
   }
   if (shard_size_ == 0) shard_size_ = default_shard_size(dataset_size_, kDefaultMicroBatch);
   if (shard_size_ > dataset_size_) shard_size_ = dataset_size_;
-  num_shards_ = (dataset_size_ + shard_size_ - 1) / shard_size_;
+  num_shards_ = dataset_size_ / shard_size_ + (dataset_size_ % shard_size_ != 0 ? 1 : 0);
 }
 
 std::int64_t ShardMap::shard_length(std::int64_t shard) const {

@@ -28,6 +28,11 @@ std::vector<Grant> decode_grants(antdt::detail::ByteReader& in) {
     g.begin = in.get<std::int64_t>();
     g.end = in.get<std::int64_t>();
     g.rank = in.get<std::int32_t>();
+    if (g.epoch < 0 || g.shard < 0 || g.begin < 0 || g.begin > g.end || g.rank < 0) {
+      throw Error("dds: malformed grant (epoch " + std::to_string(g.epoch) + ", shard " + std::to_string(g.shard) +
+                  ", [" + std::to_string(g.begin) + ", " + std::to_string(g.end) + "), rank " + std::to_string(g.rank) +
+                  "): every field must be >= 0 and begin <= end");
+    }
   }
   return grants;
 }
