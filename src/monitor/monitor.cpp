@@ -69,8 +69,10 @@ void Monitor::record(std::int64_t step, std::span<const RankStepStats> stats) {
 void Monitor::summarise() {
   // Scratch buffers are reused across ranks; summarise runs for every rank at every step.
   std::vector<double> x, series, half;
-  x.reserve(static_cast<std::size_t>(window_));
-  series.reserve(static_cast<std::size_t>(window_));
+  std::size_t longest = 0;
+  for (const auto& window : entries_) longest = std::max(longest, window.size());
+  x.reserve(longest);
+  series.reserve(longest);
   const auto median_of = [&series](const std::vector<RankStepStats>& window, double RankStepStats::*field) {
     series.clear();
     for (const auto& s : window) series.push_back(s.*field);
@@ -188,14 +190,31 @@ Monitor Monitor::restore(std::span<const std::byte> bytes) {
     }
     const int world = r.get<std::int32_t>();
     const int window = r.get<std::int32_t>();
-    if (world < 1 || window < 1) throw CheckpointError("monitor state: bad world size or window");
+    // After the 24 bytes of counters, every rank has an 8-byte entry count: the bytes bound
+    // the world size, so a corrupt header cannot allocate per-rank state for 2^31 ranks.
+    constexpr std::size_t kCounterBytes = 2 * sizeof(std::int64_t) + sizeof(double);
+    const std::size_t max_world = r.remaining() < kCounterBytes ? 0 : (r.remaining() - kCounterBytes) / 8;
+    if (world < 1 || static_cast<std::size_t>(world) > max_world || window < 1) {
+      throw CheckpointError("monitor state: world size " + std::to_string(world) + " (must be in [1, " +
+                            std::to_string(max_world) + "] for " + std::to_string(r.remaining()) +
+                            " bytes) or window " + std::to_string(window) + " (must be >= 1) is out of range");
+    }
     Monitor m(world, window);
     m.steps_recorded_ = r.get<std::int64_t>();
     m.last_step_ = r.get<std::int64_t>();
     m.last_step_seconds_ = r.get<double>();
+    if (m.steps_recorded_ < 0 || m.last_step_ < -1) {
+      throw CheckpointError("monitor state: steps recorded " + std::to_string(m.steps_recorded_) + " or last step " +
+                            std::to_string(m.last_step_) + " is negative");
+    }
+    constexpr std::size_t kEntryBytes = 4 * sizeof(double) + sizeof(std::int64_t) + sizeof(std::int32_t);
     for (auto& entries : m.entries_) {
       const auto n = r.get<std::uint64_t>();
-      if (n > static_cast<std::uint64_t>(window)) throw CheckpointError("monitor state: window holds too many steps");
+      if (n > static_cast<std::uint64_t>(window) || n > r.remaining() / kEntryBytes) {
+        throw CheckpointError("monitor state: a rank's window holds " + std::to_string(n) + " steps; at most window " +
+                              std::to_string(window) + " and what the remaining " + std::to_string(r.remaining()) +
+                              " bytes hold");
+      }
       entries.resize(n);
       for (auto& s : entries) {
         s.compute_seconds = r.get<double>();
@@ -209,6 +228,10 @@ Monitor Monitor::restore(std::span<const std::byte> bytes) {
     m.step_time_ = r.get_vector<double>();
     m.idle_fraction_ = r.get_vector<double>();
     if (!r.done()) throw CheckpointError("monitor state: " + std::to_string(r.remaining()) + " trailing bytes");
+    if (m.step_time_.size() > static_cast<std::size_t>(window) ||
+        m.idle_fraction_.size() > static_cast<std::size_t>(window)) {
+      throw CheckpointError("monitor state: more step times than the window of " + std::to_string(window));
+    }
     m.summarise();
     return m;
   } catch (const CheckpointError&) {
