@@ -113,6 +113,8 @@ class Controller {
   // rank has timing); compare with monitor().step_seconds(), the measured one.
   [[nodiscard]] double predicted_step_seconds() const;
   [[nodiscard]] std::int64_t last_change_step() const noexcept { return last_change_step_; }
+  // The last step passed to on_step (-1 before any); the next step must be after it.
+  [[nodiscard]] std::int64_t last_step() const noexcept { return last_step_; }
 
   // Checkpoint form: options that shape behaviour are NOT stored (restore takes them), the
   // plan history, monitor, streaks and policy state are.

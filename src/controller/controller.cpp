@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <limits>
 #include <numeric>
 #include <sstream>
 
@@ -31,6 +32,27 @@ void validate(const ControllerOptions& o) {
   if (!(o.straggler_ratio > 0.0 && o.straggler_ratio <= 1.0)) {
     throw UsageError("controller: straggler_ratio must be in (0, 1], got " + std::to_string(o.straggler_ratio));
   }
+}
+
+// Why a decoded plan breaks the Plan invariant (b_i in [0, B], m_i >= 1, sum b_i == B,
+// k_i == ceil(b_i / m_i)), or "" when it holds. Sums cannot overflow: each b_i <= B.
+std::string plan_problem(const Plan& p) {
+  if (p.batch.empty()) return "it has no ranks";
+  if (p.global_batch < 1) return "global batch " + std::to_string(p.global_batch) + " < 1";
+  std::int64_t sum = 0;
+  for (std::size_t i = 0; i < p.batch.size(); ++i) {
+    const std::int64_t b = p.batch[i];
+    const std::int64_t cap = p.micro_batch_cap[i];
+    const std::string rank = "rank " + std::to_string(i) + ": ";
+    if (b < 0 || b > p.global_batch) return rank + "batch " + std::to_string(b) + " outside [0, global batch]";
+    if (cap < 1) return rank + "micro-batch cap " + std::to_string(cap) + " < 1";
+    if (p.accumulation[i] != b / cap + (b % cap != 0 ? 1 : 0))
+      return rank + "accumulation " + std::to_string(p.accumulation[i]) + " != ceil(batch / cap)";
+    sum += b;
+    if (sum > p.global_batch) break;
+  }
+  if (sum != p.global_batch) return "batches do not sum to the global batch " + std::to_string(p.global_batch);
+  return "";
 }
 
 }  // namespace
@@ -234,7 +256,12 @@ Controller Controller::restore(std::span<const std::byte> bytes, ControllerOptio
     const auto plans = r.get<std::uint64_t>();
     if (plans == 0 || plans > r.remaining()) throw CheckpointError("controller state: bad plan history length");
     std::vector<Plan> history;
-    for (std::uint64_t k = 0; k < plans; ++k) history.push_back(decode_plan(r));
+    for (std::uint64_t k = 0; k < plans; ++k) {
+      history.push_back(decode_plan(r));
+      if (const auto problem = plan_problem(history.back()); !problem.empty()) {
+        throw CheckpointError("controller state: plan " + std::to_string(k) + " of the history is invalid: " + problem);
+      }
+    }
     Monitor monitor = Monitor::restore(r.get_vector<std::byte>());
     auto streaks = r.get_vector<int>();
     const auto last_change = r.get<std::int64_t>();
@@ -244,6 +271,19 @@ Controller Controller::restore(std::span<const std::byte> bytes, ControllerOptio
     if (saved_world < 1 || history.back().world_size() != saved_world || monitor.world_size() != saved_world ||
         static_cast<int>(streaks.size()) != saved_world) {
       throw CheckpointError("controller state: inconsistent world sizes");
+    }
+    // The options in force when saved are those of the latest plan (checked() makes them so).
+    if (saved_batch != history.back().global_batch || saved_caps != history.back().micro_batch_cap) {
+      throw CheckpointError("controller state: the saved global batch or caps differ from the latest plan's");
+    }
+    // Steps are -1 before any; a streak grows by one per step, so at INT_MAX it would overflow.
+    if (last_step < -1 || last_step == std::numeric_limits<std::int64_t>::max() || last_change < -1) {
+      throw CheckpointError("controller state: last step " + std::to_string(last_step) + " or last change " +
+                            std::to_string(last_change) + " out of range [-1, 2^63 - 1)");
+    }
+    for (const int s : streaks) {
+      if (s < 0 || s == std::numeric_limits<int>::max())
+        throw CheckpointError("controller state: slow streak " + std::to_string(s) + " outside [0, 2^31 - 1)");
     }
 
     const int world = options.world_size > 0    ? options.world_size

@@ -15,6 +15,7 @@
 // The gain streak is the policy's only state and goes into the checkpoint.
 #include <algorithm>
 #include <iomanip>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -111,7 +112,13 @@ class DdPolicy final : public PolicyPlugin {
   void load_state(std::span<const std::byte> state) override {
     if (state.empty()) return;
     detail::ByteReader r(state);
-    gain_streak_ = r.get<std::int32_t>();
+    const auto streak = r.get<std::int32_t>();
+    // A streak counts steps and grows by one per step: negative or at INT_MAX it is corrupt.
+    if (!r.done() || streak < 0 || streak == std::numeric_limits<std::int32_t>::max()) {
+      throw CheckpointError("dd policy state: " + std::to_string(state.size()) + " bytes with gain streak " +
+                            std::to_string(streak) + "; expected 4 bytes and a streak in [0, 2^31 - 1)");
+    }
+    gain_streak_ = streak;
   }
 
  private:
