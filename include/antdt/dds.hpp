@@ -239,7 +239,7 @@ class Coordinator {
   // overflow, and a checkpoint claiming more is corrupt.
   static constexpr std::int64_t kMaxCoverageCount = std::int64_t{1} << 62;
   Coordinator(Ledger ledger, int prefetch_steps);
-  static void check_coverage(const Ledger& ledger, const std::vector<EpochCoverage>& coverage,
+  static void check_coverage(std::int64_t dataset_size, const std::vector<EpochCoverage>& coverage,
                              const std::vector<OpenCoverage>& open);
   void count(const Grant& run);
   void finish_epoch(std::int64_t epoch);
