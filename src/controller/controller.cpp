@@ -281,6 +281,11 @@ Controller Controller::restore(std::span<const std::byte> bytes, ControllerOptio
       throw CheckpointError("controller state: last step " + std::to_string(last_step) + " or last change " +
                             std::to_string(last_change) + " out of range [-1, 2^63 - 1)");
     }
+    // The monitor records only steps the controller saw: none after its last step.
+    if (monitor.last_step() > last_step) {
+      throw CheckpointError("controller state: the monitor recorded step " + std::to_string(monitor.last_step()) +
+                            ", after the controller's last step " + std::to_string(last_step));
+    }
     for (const int s : streaks) {
       if (s < 0 || s == std::numeric_limits<int>::max())
         throw CheckpointError("controller state: slow streak " + std::to_string(s) + " outside [0, 2^31 - 1)");

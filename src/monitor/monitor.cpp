@@ -203,9 +203,12 @@ Monitor Monitor::restore(std::span<const std::byte> bytes) {
     m.steps_recorded_ = r.get<std::int64_t>();
     m.last_step_ = r.get<std::int64_t>();
     m.last_step_seconds_ = r.get<double>();
-    if (m.steps_recorded_ < 0 || m.last_step_ < -1) {
-      throw CheckpointError("monitor state: steps recorded " + std::to_string(m.steps_recorded_) + " or last step " +
-                            std::to_string(m.last_step_) + " is negative");
+    // Recorded steps are distinct and >= 0, so at most last_step + 1 of them (and the count
+    // cannot overflow when the next step is recorded).
+    if (m.last_step_ < -1 || m.steps_recorded_ < 0 || m.steps_recorded_ - 1 > m.last_step_) {
+      throw CheckpointError("monitor state: " + std::to_string(m.steps_recorded_) + " steps recorded up to last step " +
+                            std::to_string(m.last_step_) +
+                            "; expected last step >= -1 and at most last step + 1 steps");
     }
     constexpr std::size_t kEntryBytes = 4 * sizeof(double) + sizeof(std::int64_t) + sizeof(std::int32_t);
     for (auto& entries : m.entries_) {
