@@ -4,6 +4,7 @@
 #include "antdt/monitor.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <string>
 
@@ -20,6 +21,25 @@ constexpr std::uint32_t kMonitorFormat = 1;
 
 double step_throughput(const RankStepStats& s) noexcept {
   return (s.samples > 0 && s.compute_seconds > 0.0) ? static_cast<double>(s.samples) / s.compute_seconds : 0.0;
+}
+
+// Limits on restored stats: every time in [0, kMaxSeconds] (about 30 years), samples in
+// [0, 2^53] (exact in a double), and a step throughput of at most kMaxThroughput samples/s.
+// Beyond them the planner's sums of throughputs and times could reach infinity.
+constexpr double kMaxSeconds = 1e9;
+constexpr std::int64_t kMaxSamples = std::int64_t{1} << 53;
+constexpr double kMaxThroughput = 1e12;
+
+bool plausible_seconds(double v) noexcept { return v >= 0.0 && v <= kMaxSeconds; }  // false for NaN
+
+// Why a restored entry is out of range, or nullptr.
+const char* implausible(const RankStepStats& s) noexcept {
+  if (!plausible_seconds(s.compute_seconds) || !plausible_seconds(s.data_wait_seconds) ||
+      !plausible_seconds(s.reduce_seconds) || !plausible_seconds(s.idle_seconds))
+    return "a time is not in [0, 1e9] seconds";
+  if (s.samples < 0 || s.samples > kMaxSamples || s.micro_steps < 0) return "samples or micro-steps out of range";
+  if (!(step_throughput(s) <= kMaxThroughput)) return "its throughput exceeds 1e12 samples/s";
+  return nullptr;
 }
 
 template <class T>
@@ -226,6 +246,8 @@ Monitor Monitor::restore(std::span<const std::byte> bytes) {
         s.idle_seconds = r.get<double>();
         s.samples = r.get<std::int64_t>();
         s.micro_steps = r.get<std::int32_t>();
+        if (const char* why = implausible(s))
+          throw CheckpointError(std::string("monitor state: a recorded step is out of range: ") + why);
       }
     }
     m.step_time_ = r.get_vector<double>();
@@ -235,6 +257,13 @@ Monitor Monitor::restore(std::span<const std::byte> bytes) {
         m.idle_fraction_.size() > static_cast<std::size_t>(window)) {
       throw CheckpointError("monitor state: more step times than the window of " + std::to_string(window));
     }
+    // A step time is max(data wait + compute) + min(reduce) of plausible times; an idle
+    // fraction is 1 - mean / max, in [0, 1] up to rounding.
+    const auto bad_time = [](double v) { return !(v >= 0.0 && v <= 3 * kMaxSeconds); };
+    const auto bad_fraction = [](double v) { return !std::isfinite(v) || v > 1.0; };
+    if (bad_time(m.last_step_seconds_) || std::any_of(m.step_time_.begin(), m.step_time_.end(), bad_time) ||
+        std::any_of(m.idle_fraction_.begin(), m.idle_fraction_.end(), bad_fraction))
+      throw CheckpointError("monitor state: a step time is not in [0, 3e9] seconds or an idle fraction is above 1");
     m.summarise();
     return m;
   } catch (const CheckpointError&) {
