@@ -1,0 +1,189 @@
+// Writes the seed corpora of the fuzz targets: the serialize() of real objects after a few
+// operations, and valid control messages and option strings, each with the parameter bytes
+// its target reads first. Usage: antdt_fuzz_make_seeds OUT_DIR (creates OUT_DIR/<target>/).
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "antdt/controller.hpp"
+#include "antdt/dds.hpp"
+#include "antdt/monitor.hpp"
+#include "core/bytes.hpp"
+#include "core/plan_codec.hpp"
+#include "dds/wire.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using antdt::dds::Coordinator;
+using antdt::dds::Ledger;
+using antdt::dds::LedgerOptions;
+
+fs::path g_out;
+
+void write(const std::string& target, const std::string& name, const std::vector<std::byte>& prefix,
+           const std::vector<std::byte>& body) {
+  fs::create_directories(g_out / target);
+  std::ofstream f(g_out / target / ("seed-" + name), std::ios::binary);
+  f.write(reinterpret_cast<const char*>(prefix.data()), static_cast<std::streamsize>(prefix.size()));
+  f.write(reinterpret_cast<const char*>(body.data()), static_cast<std::streamsize>(body.size()));
+}
+
+std::vector<std::byte> bytes_of(std::initializer_list<unsigned> values) {
+  std::vector<std::byte> out;
+  for (const unsigned v : values) out.push_back(static_cast<std::byte>(v));
+  return out;
+}
+
+LedgerOptions ledger_options(std::int64_t n, std::int64_t shard, bool shuffle, bool within, std::int64_t max_epochs) {
+  return LedgerOptions{.dataset_size = n,
+                       .shard_size = shard,
+                       .seed = 7,
+                       .shuffle_shards = shuffle,
+                       .shuffle_within_shard = within,
+                       .max_epochs = max_epochs};
+}
+
+// A coordinator after `steps` steps of `demand` per rank; rank 1 fails once when `fail` is set.
+Coordinator run_coordinator(const LedgerOptions& o, int world, int steps, std::int64_t demand, bool fail) {
+  Coordinator c(o, world, 2);
+  const std::vector<std::int64_t> d(static_cast<std::size_t>(world), demand);
+  for (int s = 0; s < steps; ++s) {
+    (void)c.grant(d);
+    std::vector<std::int64_t> used(static_cast<std::size_t>(world));
+    for (int r = 0; r < world; ++r) used[static_cast<std::size_t>(r)] = std::min(demand, c.ledger().held(r));
+    (void)c.commit_step(used);
+    if (fail && s == steps / 2 && world > 1) (void)c.fail_rank(1);
+  }
+  (void)c.grant(d);
+  return c;
+}
+
+void dds_seeds() {
+  struct Case {
+    const char* name;
+    LedgerOptions options;
+    int world, steps;
+    std::int64_t demand;
+    bool fail;
+  };
+  const std::vector<Case> cases = {
+      {"fresh", ledger_options(10, 3, false, false, 0), 1, 0, 2, false},
+      {"small", ledger_options(37, 5, true, false, 0), 2, 3, 4, false},
+      {"within", ledger_options(100, 7, true, true, 3), 3, 6, 5, true},
+      {"epochs", ledger_options(20, 4, true, false, 0), 2, 12, 3, false},
+      {"failed", ledger_options(64, 8, false, false, 2), 4, 5, 3, true},
+      {"exhausted", ledger_options(9, 3, false, false, 1), 1, 8, 3, false},
+  };
+  for (const auto& k : cases) {
+    const Coordinator c = run_coordinator(k.options, k.world, k.steps, k.demand, k.fail);
+    const auto same = static_cast<unsigned>(k.world - 1);
+    write("dds_coordinator", k.name, bytes_of({same, 1}), c.serialize());
+    write("dds_ledger", k.name, bytes_of({same, 1}), c.ledger().serialize());
+    if (k.world > 1) {  // restored onto another world size: tails go back to TODO
+      write("dds_coordinator", std::string(k.name) + "-elastic", bytes_of({same + 1, 0}), c.serialize());
+      write("dds_ledger", std::string(k.name) + "-elastic", bytes_of({same + 1, 0}), c.ledger().serialize());
+    }
+  }
+  // A ledger with pieces consumed but not committed, and a reserved tail after a restore.
+  Ledger l(ledger_options(50, 6, true, true, 0), 3);
+  for (int r = 0; r < 3; ++r) (void)l.acquire(r, 4);
+  (void)l.consume(0, 3);
+  (void)l.commit(0);
+  (void)l.consume(0, 1);
+  (void)l.consume(2, 2);
+  write("dds_ledger", "consumed", bytes_of({2, 0}), l.serialize());
+  write("dds_ledger", "reserved", bytes_of({2, 0}), Ledger::restore(l.serialize(), 3).serialize());
+}
+
+std::vector<antdt::RankStepStats> stats(int world, std::int64_t step) {
+  std::vector<antdt::RankStepStats> s(static_cast<std::size_t>(world));
+  for (int r = 0; r < world; ++r) {
+    auto& x = s[static_cast<std::size_t>(r)];
+    x.samples = 8;
+    x.micro_steps = 2;
+    x.compute_seconds = (r == world - 1 ? 0.3 : 0.1) + 0.001 * static_cast<double>(step % 3);
+    x.data_wait_seconds = 0.002;
+    x.reduce_seconds = 0.01;
+  }
+  return s;
+}
+
+void controller_seeds() {
+  struct Case {
+    const char* name;
+    const char* policy;
+    int world, window, steps;
+    std::int64_t batch, cap;
+  };
+  const std::vector<Case> cases = {
+      {"fresh", "dd", 2, 20, 0, 16, 8},  {"dd", "dd", 3, 4, 12, 24, 4},          {"static", "static", 2, 3, 5, 10, 3},
+      {"one-rank", "dd", 1, 2, 4, 5, 5}, {"many-steps", "dd", 4, 3, 30, 64, 16},
+  };
+  for (const auto& k : cases) {
+    antdt::ControllerOptions o;
+    o.policy = k.policy;
+    o.window = k.window;
+    o.warmup_steps = 0;
+    o.min_interval = 1;
+    o.persistence = 2;
+    const std::vector<std::int64_t> caps(static_cast<std::size_t>(k.world), k.cap);
+    antdt::Controller c(o, antdt::equal_plan(k.batch, caps));
+    antdt::Monitor m(k.world, k.window);
+    for (int s = 0; s < k.steps; ++s) {
+      (void)c.on_step(s, stats(k.world, s));
+      m.record(s, stats(k.world, s));
+    }
+    const unsigned policy = std::string(k.policy) == "dd" ? 0 : 3;
+    const auto window = static_cast<unsigned>(k.window - 1);
+    // mode 0: everything from the checkpoint; 1: restored onto 3 ranks, cap 2; 2: B = 31.
+    write("controller", k.name, bytes_of({policy, 0, window}), c.serialize());
+    write("controller", std::string(k.name) + "-elastic", bytes_of({policy + 1, 2 + 8, window}), c.serialize());
+    write("controller", std::string(k.name) + "-batch", bytes_of({policy + 2, 10, window}), c.serialize());
+    write("monitor", k.name, {}, m.serialize());
+  }
+}
+
+void wire_seeds() {
+  antdt::detail::ByteWriter g;
+  antdt::dds::encode_grants({{0, 3, 0, 10, 0}, {1, 1, 2, 5, 0}, {0, 9, 4, 6, 1}}, g);
+  write("wire", "grants", bytes_of({0}), g.take());
+  antdt::detail::ByteWriter empty;
+  antdt::dds::encode_grants({}, empty);
+  write("wire", "grants-empty", bytes_of({0}), empty.take());
+  antdt::detail::ByteWriter p;
+  auto plan = antdt::equal_plan(10, {4, 4, 3});
+  plan.reason = "equal split";
+  antdt::encode_plan(plan, p);
+  write("wire", "plan", bytes_of({1}), p.take());
+}
+
+void text_seeds() {
+  const std::vector<std::pair<unsigned, std::string>> texts = {
+      {0, "1,1,1,0.33"}, {0, "2"},   {1, "0.1,3,5"}, {1, "1,1,1"}, {2, "32,64,10"}, {2, "4,2"},
+      {3, "adam"},       {3, "sgd"}, {4, "auto"},    {4, "gpu"},   {5, "debug"},    {5, "3"},
+  };
+  int i = 0;
+  for (const auto& [parser, text] : texts) {
+    std::vector<std::byte> body(text.size());
+    for (std::size_t k = 0; k < text.size(); ++k) body[k] = static_cast<std::byte>(text[k]);
+    write("text", std::to_string(i++), bytes_of({parser}), body);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s OUT_DIR\n", argv[0]);
+    return 2;
+  }
+  g_out = argv[1];
+  dds_seeds();
+  controller_seeds();
+  wire_seeds();
+  text_seeds();
+  return 0;
+}
