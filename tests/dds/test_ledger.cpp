@@ -57,6 +57,9 @@ TEST(ShardMap, RejectsBadOptions) {
   EXPECT_THROW(ShardMap(opts(0, 1)), antdt::UsageError);
   EXPECT_THROW(ShardMap(opts(10, -1)), antdt::UsageError);
   EXPECT_THROW(ShardMap(opts(10, 1, false, -1)), antdt::UsageError);
+  // The documented size limit: at it the map works, one past it is a usage error.
+  EXPECT_EQ(ShardMap(opts(kMaxDatasetSize, 1 << 20)).num_shards(), kMaxDatasetSize >> 20);
+  EXPECT_THROW(ShardMap(opts(kMaxDatasetSize + 1, 1 << 20)), antdt::UsageError);
 }
 
 TEST(ShardMap, ShardOrderIsAPermutationPerEpochAndVariesWithEpochAndSeed) {
