@@ -48,4 +48,9 @@ struct Plan {
 // Fills accumulation from batch and micro_batch_cap.
 void update_accumulation(Plan& plan);
 
+// Why `plan` breaks the Plan invariant, or "" when it holds: at least one rank, one b_i, m_i
+// and k_i per rank, global batch B >= 1, each b_i in [0, B] summing to B, m_i >= 1 and
+// k_i == ceil(b_i / m_i). For plans read from outside (checkpoints, control messages).
+[[nodiscard]] std::string plan_problem(const Plan& plan);
+
 }  // namespace antdt

@@ -34,27 +34,6 @@ void validate(const ControllerOptions& o) {
   }
 }
 
-// Why a decoded plan breaks the Plan invariant (b_i in [0, B], m_i >= 1, sum b_i == B,
-// k_i == ceil(b_i / m_i)), or "" when it holds. Sums cannot overflow: each b_i <= B.
-std::string plan_problem(const Plan& p) {
-  if (p.batch.empty()) return "it has no ranks";
-  if (p.global_batch < 1) return "global batch " + std::to_string(p.global_batch) + " < 1";
-  std::int64_t sum = 0;
-  for (std::size_t i = 0; i < p.batch.size(); ++i) {
-    const std::int64_t b = p.batch[i];
-    const std::int64_t cap = p.micro_batch_cap[i];
-    const std::string rank = "rank " + std::to_string(i) + ": ";
-    if (b < 0 || b > p.global_batch) return rank + "batch " + std::to_string(b) + " outside [0, global batch]";
-    if (cap < 1) return rank + "micro-batch cap " + std::to_string(cap) + " < 1";
-    if (p.accumulation[i] != b / cap + (b % cap != 0 ? 1 : 0))
-      return rank + "accumulation " + std::to_string(p.accumulation[i]) + " != ceil(batch / cap)";
-    sum += b;
-    if (sum > p.global_batch) break;
-  }
-  if (sum != p.global_batch) return "batches do not sum to the global batch " + std::to_string(p.global_batch);
-  return "";
-}
-
 }  // namespace
 
 Controller::Controller(ControllerOptions options, Plan initial)

@@ -120,6 +120,27 @@ TEST(Planner, AccumulationRespectsCaps) {
   }
 }
 
+// plan_problem accepts what the planner makes and names what a broken plan breaks.
+TEST(Planner, PlanProblemNamesTheBrokenInvariant) {
+  const std::vector<double> x{4.0, 1.0, 2.0};
+  const std::vector<std::int64_t> caps{64, 16, 100};
+  const Plan good = antdt::plan_split(1000, x, caps, 0);
+  EXPECT_EQ(antdt::plan_problem(good), "");
+  EXPECT_EQ(antdt::plan_problem(antdt::equal_plan(7, {2, 2, 2, 2, 2, 2, 2, 2})), "") << "zero shares are allowed";
+  const auto problem = [&](const std::function<void(Plan&)>& damage) {
+    Plan p = good;
+    damage(p);
+    return antdt::plan_problem(p);
+  };
+  EXPECT_NE(problem([](Plan& p) { p.batch[0] += 1; }).find("do not sum"), std::string::npos);
+  EXPECT_NE(problem([](Plan& p) { p.accumulation[1] += 1; }).find("rank 1: accumulation"), std::string::npos);
+  EXPECT_NE(problem([](Plan& p) { p.micro_batch_cap[2] = 0; }).find("rank 2: micro-batch cap 0"), std::string::npos);
+  EXPECT_NE(problem([](Plan& p) { p.batch[0] = -1; }).find("rank 0: batch -1 outside"), std::string::npos);
+  EXPECT_NE(problem([](Plan& p) { p.accumulation.pop_back(); }).find("lengths differ"), std::string::npos);
+  EXPECT_NE(problem([](Plan& p) { p.global_batch = 0; }).find("global batch 0"), std::string::npos);
+  EXPECT_NE(problem([](Plan& p) { p = Plan{}; }).find("no ranks"), std::string::npos);
+}
+
 TEST(Planner, RejectsBadInput) {
   const std::vector<std::int64_t> cap{8};
   EXPECT_THROW((void)antdt::plan_split(0, std::vector<double>{1.0}, cap, 0), antdt::UsageError);

@@ -20,6 +20,8 @@
 #include "antdt/model.hpp"
 #include "antdt/reduce.hpp"
 #include "antdt/session.hpp"
+#include "core/bytes.hpp"
+#include "core/plan_codec.hpp"
 
 using namespace antdt;
 
@@ -321,6 +323,59 @@ TEST(Session, RestoreReplaysAndElasticRestoreKeepsExactlyOnce) {
     }
     expect_exactly_once(s, n, 2);
     MPI_Comm_free(&smaller);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (world_rank() == 0) std::filesystem::remove_all(dir);
+}
+
+// A checkpoint whose saved plan breaks the plan invariant (it passes its checksum: written so)
+// is refused on every rank with a CheckpointError that says what is wrong, instead of
+// training with a batch that does not sum to B.
+TEST(Session, RestoreRefusesASavedPlanThatBreaksTheInvariant) {
+  const auto dir = std::filesystem::temp_directory_path() / ("antdt-session-badplan-" + std::to_string(world_size()));
+  const auto opt = dd_options(97, 12, 20);
+  if (world_rank() == 0) std::filesystem::remove_all(dir);
+  {
+    Session s(MPI_COMM_WORLD, opt);
+    run_steps(s, 3);
+    if (s.rank() == 0) {
+      const auto good_dir = dir / "good";
+      CheckpointWriter w(good_dir.string(), s.step());
+      s.save(w);
+      const CheckpointReader good(w.commit());
+      // The same checkpoint, with one more sample on rank 0 than the plan's B allows.
+      Plan bad = s.plan();
+      bad.batch[0] += 1;
+      update_accumulation(bad);
+      detail::ByteWriter plan_bytes;
+      encode_plan(bad, plan_bytes);
+      plan_bytes.put<std::uint8_t>(0);  // no pending plan
+      CheckpointWriter copy(dir.string(), s.step());
+      for (const char* name : {"antdt/dds", "antdt/controller"}) copy.put_bytes(name, good.bytes(name));
+      copy.put_bytes("antdt/plan", plan_bytes.bytes());
+      for (const char* name : {"antdt/step", "antdt/world_size", "antdt/dataset_size", "antdt/global_batch",
+                               "antdt/completed_epochs", "antdt/committed_total"}) {
+        copy.put_int64(name, good.int64(name));
+      }
+      copy.put_uint64s("antdt/seeds", good.uint64s("antdt/seeds"));
+      copy.put_string("antdt/policy", good.string("antdt/policy"));
+      copy.commit();
+    }
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  Session s(MPI_COMM_WORLD, opt);
+  std::optional<CheckpointReader> r;
+  if (world_rank() == 0) r.emplace(*find_latest_checkpoint(dir.string()));
+  try {
+    s.restore(r ? &*r : nullptr);
+    ADD_FAILURE() << "a plan that breaks the invariant was restored";
+  } catch (const CheckpointError& e) {
+    if (world_rank() == 0) {
+      // One rank: "batch 13 outside [0, global batch]"; more: "batches do not sum to the global batch".
+      const std::string what = e.what();
+      EXPECT_NE(what.find("the saved plan is invalid: "), std::string::npos) << what;
+      EXPECT_NE(what.find("global batch"), std::string::npos) << what;
+    }
   }
   MPI_Barrier(MPI_COMM_WORLD);
   if (world_rank() == 0) std::filesystem::remove_all(dir);
