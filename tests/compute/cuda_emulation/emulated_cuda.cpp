@@ -479,8 +479,10 @@ cudaError_t cudaFreeHost(void* ptr) {
 namespace {
 // cudaMemcpy and cudaMemcpyAsync. An asynchronous copy from or into a pinned block stays in
 // flight until its stream is synchronised (from pageable memory the driver stages the data
-// before returning, so those are safe to reuse at once). cudaMemcpy is synchronous: it also
-// waits for the device's earlier work, as a blocking legacy-stream call does.
+// before returning, so those are safe to reuse at once). cudaMemcpy returns once its copy is
+// done, and a legacy-stream copy starts only after the device's earlier work, so that is done
+// too; except from pageable memory to the device, where it may return once the data is
+// staged, before the earlier work has finished.
 cudaError_t memcpy_on(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind, cudaStream_t stream,
                       bool async) {
   State& s = state();
@@ -507,7 +509,7 @@ cudaError_t memcpy_on(void* dst, const void* src, std::size_t bytes, cudaMemcpyK
     return cudaSuccess;
   });
   if (!async) {
-    complete_copies(s, nullptr);
+    if (kind != cudaMemcpyHostToDevice || find_pinned(s, src) != s.pinned.end()) complete_copies(s, nullptr);
   } else if (bytes > 0) {
     if (auto from = find_pinned(s, src); kind == cudaMemcpyHostToDevice && from != s.pinned.end()) {
       from->second.reading.insert(stream);

@@ -126,6 +126,13 @@ TEST(EmulatedCuda, GuardsPinnedMemoryWhileAnAsynchronousCopyIsInFlight) {
   ASSERT_EQ(cudaMemcpy(d, h, 64 * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
   EXPECT_FALSE(host_write_faults(h));
   std::vector<float> pageable(64, 1.0f);
+  // A synchronous D2H copy also waits for the earlier work of every stream; a synchronous H2D
+  // copy from pageable memory may return before it.
+  ASSERT_EQ(cudaMemcpyAsync(d, h, 64 * sizeof(float), cudaMemcpyHostToDevice, stream), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(d, pageable.data(), 64 * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+  EXPECT_TRUE(host_write_faults(h)) << "a pageable H2D cudaMemcpy does not wait for the earlier copy";
+  ASSERT_EQ(cudaMemcpy(pageable.data(), d, 64 * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_FALSE(host_write_faults(h)) << "a D2H cudaMemcpy does";
   ASSERT_EQ(cudaMemcpyAsync(d, pageable.data(), 64 * sizeof(float), cudaMemcpyHostToDevice, stream), cudaSuccess);
   EXPECT_FALSE(host_write_faults(pageable.data()));
   // A copy in flight on the legacy stream ends with the device synchronisation.
