@@ -524,19 +524,21 @@ void Session::restore(const CheckpointReader* reader) {
       Plan saved = decode_plan(pr);
       std::optional<Plan> saved_pending;
       if (pr.get<std::uint8_t>() != 0) saved_pending = decode_plan(pr);
-      for (const Plan* p : {&saved, saved_pending ? &*saved_pending : nullptr}) {
-        if (p == nullptr) continue;
-        if (auto problem = plan_problem(*p); !problem.empty()) {
+      const auto saved_batch = reader->int64("antdt/global_batch");
+      const auto check_saved = [&](const Plan& p) {
+        if (auto problem = plan_problem(p); !problem.empty()) {
           throw CheckpointError("checkpoint " + reader->path() + ": the saved plan is invalid: " + problem);
         }
-        if (p->world_size() != saved_world || p->global_batch != reader->int64("antdt/global_batch")) {
+        if (p.world_size() != saved_world || p.global_batch != saved_batch) {
           throw CheckpointError("checkpoint " + reader->path() + ": the saved plan is for " +
-                                std::to_string(p->world_size()) + " ranks and B = " + std::to_string(p->global_batch) +
+                                std::to_string(p.world_size()) + " ranks and B = " + std::to_string(p.global_batch) +
                                 ", not the checkpoint's " + std::to_string(saved_world) +
-                                " ranks and B = " + std::to_string(reader->int64("antdt/global_batch")));
+                                " ranks and B = " + std::to_string(saved_batch));
         }
-      }
-      const bool same_shape = saved_world == s.comm.size() && reader->int64("antdt/global_batch") == s.opt.global_batch;
+      };
+      check_saved(saved);
+      if (saved_pending) check_saved(*saved_pending);
+      const bool same_shape = saved_world == s.comm.size() && saved_batch == s.opt.global_batch;
       if (same_shape) {
         s.plan = saved;
         s.pending = saved_pending;

@@ -111,14 +111,24 @@ std::string hex(const void* p) {
   return buf;
 }
 
+// The block of `blocks` (by base address, each with a `bytes` size) holding address p, or end().
+template <class Blocks>
+typename Blocks::iterator containing(Blocks& blocks, const void* p) {
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  auto it = blocks.upper_bound(a);
+  if (it == blocks.begin()) return blocks.end();
+  --it;
+  return a < it->first + it->second.bytes ? it : blocks.end();
+}
+
 // The allocation holding address p, or nullptr.
 Allocation* find(State& s, const void* p) {
-  const auto a = reinterpret_cast<std::uintptr_t>(p);
-  auto it = s.allocations.upper_bound(a);
-  if (it == s.allocations.begin()) return nullptr;
-  --it;
-  return a < it->first + it->second.bytes ? &it->second : nullptr;
+  const auto it = containing(s.allocations, p);
+  return it == s.allocations.end() ? nullptr : &it->second;
 }
+
+// The pinned block holding address p, or end().
+std::map<std::uintptr_t, PinnedBlock>::iterator find_pinned(State& s, const void* p) { return containing(s.pinned, p); }
 
 bool stream_ok(State& s, cudaStream_t stream) {
   return stream == nullptr || stream == cudaStreamLegacy || stream == cudaStreamPerThread ||
@@ -133,6 +143,8 @@ std::string stream_name(cudaStream_t stream) {
   return is_legacy(stream) ? "the legacy stream" : "stream " + hex(stream);
 }
 
+bool in_flight(const PinnedBlock& b) { return !b.reading.empty() || !b.writing.empty(); }
+
 // The host's access to a pinned block: none while a copy into it is in flight, read-only while
 // one from it is, else full.
 void guard_pinned(std::uintptr_t base, const PinnedBlock& b) {
@@ -145,7 +157,7 @@ void guard_pinned(std::uintptr_t base, const PinnedBlock& b) {
 // host's again.
 void complete_copies(State& s, cudaStream_t stream) {
   for (auto& [base, b] : s.pinned) {
-    if (b.device != t_device || (b.reading.empty() && b.writing.empty())) continue;
+    if (b.device != t_device || !in_flight(b)) continue;
     if (is_legacy(stream)) {
       b.reading.clear();
       b.writing.clear();
@@ -157,36 +169,29 @@ void complete_copies(State& s, cudaStream_t stream) {
   }
 }
 
-// The pinned block holding address p, or end().
-std::map<std::uintptr_t, PinnedBlock>::iterator find_pinned(State& s, const void* p) {
-  const auto a = reinterpret_cast<std::uintptr_t>(p);
-  auto it = s.pinned.upper_bound(a);
-  if (it == s.pinned.begin()) return s.pinned.end();
-  --it;
-  return a < it->first + it->second.bytes ? it : s.pinned.end();
-}
-
 // Device memory is PROT_NONE, and pinned blocks with copies in flight are guarded, except
 // inside one of these: only emulated API calls touch them.
 class DeviceAccess {
  public:
-  explicit DeviceAccess(State& s) : s_(s) {
-    protect(PROT_READ | PROT_WRITE);
-    for (const auto& [base, b] : s_.pinned) {
-      if (mprotect(reinterpret_cast<void*>(base), b.mapped, PROT_READ | PROT_WRITE) != 0) std::abort();
-    }
-  }
+  explicit DeviceAccess(State& s) : s_(s) { protect(PROT_READ | PROT_WRITE, PROT_READ | PROT_WRITE); }
   DeviceAccess(const DeviceAccess&) = delete;
   DeviceAccess& operator=(const DeviceAccess&) = delete;
-  ~DeviceAccess() {
-    protect(PROT_NONE);
-    for (const auto& [base, b] : s_.pinned) guard_pinned(base, b);
-  }
+  ~DeviceAccess() { protect(PROT_NONE, -1); }
 
  private:
-  void protect(int prot) {
+  // Device memory gets `device_prot`; pinned blocks with copies in flight get `pinned_prot`,
+  // or (-1) their guard back. Blocks without copies in flight are never guarded.
+  void protect(int device_prot, int pinned_prot) {
     for (const auto& [base, a] : s_.allocations) {
-      if (mprotect(reinterpret_cast<void*>(base), a.mapped, prot) != 0) std::abort();
+      if (mprotect(reinterpret_cast<void*>(base), a.mapped, device_prot) != 0) std::abort();
+    }
+    for (const auto& [base, b] : s_.pinned) {
+      if (!in_flight(b)) continue;
+      if (pinned_prot < 0) {
+        guard_pinned(base, b);
+      } else if (mprotect(reinterpret_cast<void*>(base), b.mapped, pinned_prot) != 0) {
+        std::abort();
+      }
     }
   }
   State& s_;
@@ -287,6 +292,7 @@ class Call {
 };
 
 std::size_t page() { return static_cast<std::size_t>(sysconf(_SC_PAGESIZE)); }
+std::size_t whole_pages(std::size_t bytes) { return (bytes + page() - 1) / page() * page(); }
 
 // Bytes spanned by a column-major rows x cols matrix with leading dimension ld.
 std::size_t matrix_bytes(int rows, int cols, int ld) {
@@ -409,7 +415,7 @@ cudaError_t cudaMalloc(void** ptr, std::size_t bytes) {
   std::lock_guard lock(s.mutex);
   *ptr = nullptr;
   if (bytes == 0) return cudaSuccess;
-  const std::size_t mapped = (bytes + page() - 1) / page() * page();
+  const std::size_t mapped = whole_pages(bytes);
   void* p = mmap(nullptr, mapped, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) return cudaErrorMemoryAllocation;
   const auto base = reinterpret_cast<std::uintptr_t>(p);
@@ -444,7 +450,7 @@ cudaError_t cudaHostAlloc(void** ptr, std::size_t bytes, unsigned int /*flags*/)
   if (bytes == 0) return cudaSuccess;
   std::size_t live = 0;
   for (const auto& [base, b] : s.pinned) live += b.mapped;
-  const std::size_t mapped = (bytes + page() - 1) / page() * page();
+  const std::size_t mapped = whole_pages(bytes);
   if (const char* limit = std::getenv("ANTDT_EMULATED_CUDA_PIN_LIMIT");
       limit != nullptr && live + mapped > std::strtoull(limit, nullptr, 10)) {
     return cudaErrorMemoryAllocation;
