@@ -40,6 +40,9 @@ class CudaMlp final : public Model {
         1, static_cast<std::size_t>(optimizer_state_size(config.optimizer, layout_.parameter_count))));
     loss_.resize(1);
     correct_.resize(1);
+    steps_.resize(1);
+    coefficients_.resize(1);
+    ANTDT_CHECK_CUDA(cudaMemsetAsync(steps_.data(), 0, steps_.bytes(), stream_.get()));
     activations_.resize(layout_.layers.size());
     const std::vector<float> init = initial_parameters(layout_, config.seed);
     upload(parameters_.data(), init.data(), init.size());
@@ -68,26 +71,22 @@ class CudaMlp final : public Model {
   [[nodiscard]] float* gradient_buffer() override { return gradients_.data(); }
   [[nodiscard]] std::int64_t gradient_count() const override { return layout_.parameter_count + 1; }
 
+  // No host round trip: prepare_update reads the reduced count and Adam's t on the device, and
+  // the optimizer kernel follows it on the same stream, right behind the reduction.
   void apply_update() override {
     cuda::DeviceGuard guard(device_id_);
-    float count = 0.0f;
-    ANTDT_CHECK_CUDA(cudaMemcpyAsync(&count, gradients_.data() + layout_.parameter_count, sizeof(float),
-                                     cudaMemcpyDeviceToHost, stream_.get()));
-    stream_.synchronize();
-    if (count <= 0.0f) return;
-    ++steps_;
-    const float inv = 1.0f / count;
+    cudaStream_t s = stream_.get();
     const auto pcount = layout_.parameter_count;
+    ANTDT_CHECK_CUDA(cuda::prepare_update(s, gradients_.data() + pcount, steps_.data(), config_.beta1, config_.beta2,
+                                          coefficients_.data()));
     if (config_.optimizer == OptimizerKind::sgd) {
-      ANTDT_CHECK_CUDA(cuda::sgd_step(stream_.get(), parameters_.data(), state_.data(), gradients_.data(), pcount, inv,
-                                      config_.learning_rate, config_.momentum, config_.weight_decay));
+      ANTDT_CHECK_CUDA(cuda::sgd_step(s, parameters_.data(), state_.data(), gradients_.data(), pcount,
+                                      coefficients_.data(), config_.learning_rate, config_.momentum,
+                                      config_.weight_decay));
     } else {
-      const auto t = static_cast<double>(steps_);
-      const auto c1 = static_cast<float>(1.0 - std::pow(static_cast<double>(config_.beta1), t));
-      const auto c2 = static_cast<float>(1.0 - std::pow(static_cast<double>(config_.beta2), t));
-      ANTDT_CHECK_CUDA(cuda::adam_step(stream_.get(), parameters_.data(), state_.data(), state_.data() + pcount,
-                                       gradients_.data(), pcount, inv, config_.learning_rate, config_.beta1,
-                                       config_.beta2, config_.epsilon, config_.weight_decay, c1, c2));
+      ANTDT_CHECK_CUDA(cuda::adam_step(s, parameters_.data(), state_.data(), state_.data() + pcount, gradients_.data(),
+                                       pcount, coefficients_.data(), config_.learning_rate, config_.beta1,
+                                       config_.beta2, config_.epsilon, config_.weight_decay));
     }
   }
 
@@ -116,10 +115,18 @@ class CudaMlp final : public Model {
     }
     upload(state_.data(), values.data(), values.size());
   }
-  [[nodiscard]] std::int64_t optimizer_steps() const override { return steps_; }
+  [[nodiscard]] std::int64_t optimizer_steps() const override {
+    cuda::DeviceGuard guard(device_id_);
+    std::int64_t t = 0;
+    ANTDT_CHECK_CUDA(cudaMemcpyAsync(&t, steps_.data(), sizeof t, cudaMemcpyDeviceToHost, stream_.get()));
+    stream_.synchronize();
+    return t;
+  }
   void set_optimizer_steps(std::int64_t steps) override {
     if (steps < 0) throw UsageError("optimizer steps must be >= 0");
-    steps_ = steps;
+    cuda::DeviceGuard guard(device_id_);
+    ANTDT_CHECK_CUDA(cudaMemcpyAsync(steps_.data(), &steps, sizeof steps, cudaMemcpyHostToDevice, stream_.get()));
+    stream_.synchronize();
   }
 
   [[nodiscard]] std::int64_t bytes_per_sample() const override {
@@ -249,8 +256,9 @@ class CudaMlp final : public Model {
   cuda::DeviceBuffer<float> features_, delta_a_, delta_b_, ones_;
   cuda::DeviceBuffer<std::int32_t> labels_;
   std::vector<cuda::DeviceBuffer<float>> activations_;
+  cuda::DeviceBuffer<std::int64_t> steps_;  // Adam's t, counted on the device by prepare_update
+  cuda::DeviceBuffer<cuda::math::UpdateCoefficients> coefficients_;
   std::int64_t capacity_ = 0;
-  std::int64_t steps_ = 0;
 };
 
 }  // namespace

@@ -47,6 +47,29 @@ ANTDT_KERNEL_MATH void relu_mask(float* delta, const float* activation, std::int
   if (!(activation[i] > 0.0f)) delta[i] = 0.0f;
 }
 
+// What one optimizer step needs beyond its hyper-parameters. prepare_update computes it on the
+// device from the reduced sample count, so apply_update never waits for the host.
+struct UpdateCoefficients {
+  float inv_count;  // 1 / B
+  float c1, c2;     // Adam's bias corrections 1 - beta1^t and 1 - beta2^t (1 for SGD)
+  int active;       // 0 when B <= 0: the step is skipped and t is left alone
+};
+
+// From the summed sample count B and the step counter t: when B > 0, t += 1 and the
+// coefficients of that step (c1, c2 in double, then rounded, as the host backend does);
+// otherwise an inactive step. One thread.
+ANTDT_KERNEL_MATH void update_coefficients(float count, std::int64_t& t, float beta1, float beta2,
+                                           UpdateCoefficients& out) {
+  if (!(count > 0.0f)) {
+    out = UpdateCoefficients{0.0f, 1.0f, 1.0f, 0};
+    return;
+  }
+  t += 1;
+  const double td = static_cast<double>(t);
+  out = UpdateCoefficients{1.0f / count, static_cast<float>(1.0 - pow(static_cast<double>(beta1), td)),
+                           static_cast<float>(1.0 - pow(static_cast<double>(beta2), td)), 1};
+}
+
 // SGD with momentum on the mean gradient g = grad_sum*inv_count + wd*p (PyTorch convention).
 ANTDT_KERNEL_MATH void sgd(float* p, float* momentum, const float* grad_sum, std::int64_t i, float inv_count, float lr,
                            float mu, float wd) {

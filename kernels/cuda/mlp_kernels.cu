@@ -62,14 +62,26 @@ __global__ void fill_kernel(float* x, float value, std::int64_t count) {
   ANTDT_GRID_STRIDE(i, count) { x[i] = value; }
 }
 
-__global__ void sgd_kernel(float* p, float* momentum, const float* grad_sum, std::int64_t count, float inv_count,
-                           float lr, float mu, float wd) {
-  ANTDT_GRID_STRIDE(i, count) { math::sgd(p, momentum, grad_sum, i, inv_count, lr, mu, wd); }
+__global__ void prepare_update_kernel(const float* count_slot, std::int64_t* steps, float beta1, float beta2,
+                                      math::UpdateCoefficients* out) {
+  math::update_coefficients(*count_slot, *steps, beta1, beta2, *out);
 }
 
-__global__ void adam_kernel(float* p, float* m, float* v, const float* grad_sum, std::int64_t count, float inv_count,
-                            float lr, float beta1, float beta2, float eps, float wd, float c1, float c2) {
-  ANTDT_GRID_STRIDE(i, count) { math::adam(p, m, v, grad_sum, i, inv_count, lr, beta1, beta2, eps, wd, c1, c2); }
+// The coefficients are read once per thread (one cached 16-byte load), not passed by value:
+// they exist only on the device.
+__global__ void sgd_kernel(float* p, float* momentum, const float* grad_sum, std::int64_t count,
+                           const math::UpdateCoefficients* coefficients, float lr, float mu, float wd) {
+  const math::UpdateCoefficients k = *coefficients;
+  if (k.active == 0) return;
+  ANTDT_GRID_STRIDE(i, count) { math::sgd(p, momentum, grad_sum, i, k.inv_count, lr, mu, wd); }
+}
+
+__global__ void adam_kernel(float* p, float* m, float* v, const float* grad_sum, std::int64_t count,
+                            const math::UpdateCoefficients* coefficients, float lr, float beta1, float beta2, float eps,
+                            float wd) {
+  const math::UpdateCoefficients k = *coefficients;
+  if (k.active == 0) return;
+  ANTDT_GRID_STRIDE(i, count) { math::adam(p, m, v, grad_sum, i, k.inv_count, lr, beta1, beta2, eps, wd, k.c1, k.c2); }
 }
 
 #undef ANTDT_GRID_STRIDE
@@ -109,19 +121,23 @@ cudaError_t fill(cudaStream_t stream, float* x, float value, std::int64_t count)
   return cudaGetLastError();
 }
 
+cudaError_t prepare_update(cudaStream_t stream, const float* count_slot, std::int64_t* steps, float beta1, float beta2,
+                           math::UpdateCoefficients* out) {
+  prepare_update_kernel<<<1, 1, 0, stream>>>(count_slot, steps, beta1, beta2, out);
+  return cudaGetLastError();
+}
+
 cudaError_t sgd_step(cudaStream_t stream, float* p, float* momentum, const float* grad_sum, std::int64_t count,
-                     float inv_count, float lr, float mu, float wd) {
+                     const math::UpdateCoefficients* k, float lr, float mu, float wd) {
   if (count == 0) return cudaSuccess;
-  sgd_kernel<<<blocks_for(count), kThreads, 0, stream>>>(p, momentum, grad_sum, count, inv_count, lr, mu, wd);
+  sgd_kernel<<<blocks_for(count), kThreads, 0, stream>>>(p, momentum, grad_sum, count, k, lr, mu, wd);
   return cudaGetLastError();
 }
 
 cudaError_t adam_step(cudaStream_t stream, float* p, float* m, float* v, const float* grad_sum, std::int64_t count,
-                      float inv_count, float lr, float beta1, float beta2, float eps, float wd, float bias_correction1,
-                      float bias_correction2) {
+                      const math::UpdateCoefficients* k, float lr, float beta1, float beta2, float eps, float wd) {
   if (count == 0) return cudaSuccess;
-  adam_kernel<<<blocks_for(count), kThreads, 0, stream>>>(p, m, v, grad_sum, count, inv_count, lr, beta1, beta2, eps,
-                                                          wd, bias_correction1, bias_correction2);
+  adam_kernel<<<blocks_for(count), kThreads, 0, stream>>>(p, m, v, grad_sum, count, k, lr, beta1, beta2, eps, wd);
   return cudaGetLastError();
 }
 

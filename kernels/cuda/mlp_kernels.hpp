@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "cuda/mlp_kernel_math.hpp"
+
 namespace antdt::cuda {
 
 // z[i][j] += b[j] for n rows of `width`; then ReLU when relu.
@@ -30,11 +32,16 @@ cudaError_t add_to_scalar(cudaStream_t stream, float* slot, float value);
 // x[i] = value
 cudaError_t fill(cudaStream_t stream, float* x, float value, std::int64_t count);
 
-// The optimizers of include/antdt/model.hpp, on the mean gradient g*inv_count + wd*p.
+// From the reduced count *count_slot and the step counter *steps (device memory), the
+// coefficients of this step into *out (math::update_coefficients); one thread.
+cudaError_t prepare_update(cudaStream_t stream, const float* count_slot, std::int64_t* steps, float beta1, float beta2,
+                           math::UpdateCoefficients* out);
+
+// The optimizers of include/antdt/model.hpp, on the mean gradient g*inv_count + wd*p, with the
+// coefficients prepare_update wrote (device memory; no-op when they are inactive).
 cudaError_t sgd_step(cudaStream_t stream, float* p, float* momentum, const float* grad_sum, std::int64_t count,
-                     float inv_count, float lr, float mu, float wd);
+                     const math::UpdateCoefficients* k, float lr, float mu, float wd);
 cudaError_t adam_step(cudaStream_t stream, float* p, float* m, float* v, const float* grad_sum, std::int64_t count,
-                      float inv_count, float lr, float beta1, float beta2, float eps, float wd, float bias_correction1,
-                      float bias_correction2);
+                      const math::UpdateCoefficients* k, float lr, float beta1, float beta2, float eps, float wd);
 
 }  // namespace antdt::cuda

@@ -126,6 +126,47 @@ TEST_P(ModelTest, UpdateWithZeroSamplesIsANoOp) {
   EXPECT_EQ(gradient_snapshot(*model).back(), 0.0f);
 }
 
+// Adam's step count t lives with the optimizer (on the device for CUDA): an empty step must
+// not advance it, and a restored count must set the bias corrections of the next step.
+TEST_P(ModelTest, AdamStepCountSkipsEmptyStepsAndResumesFromARestoredValue) {
+  MlpConfig cfg;
+  cfg.layers = {4, 8, 3};
+  cfg.optimizer = OptimizerKind::adam;
+  cfg.learning_rate = 0.01f;
+  const Samples data = gaussian_clusters(12, 4, 3, 2.0, 91);
+  auto step = [&](Model& m, std::int64_t n) {
+    m.zero_gradients();
+    (void)m.accumulate(data.x(0), data.y(0), n);
+    m.apply_update();
+  };
+  auto plain = make(cfg);
+  auto with_empty = make(cfg);
+  step(*plain, 12);
+  step(*plain, 12);
+  step(*with_empty, 12);
+  step(*with_empty, 0);
+  step(*with_empty, 12);
+  EXPECT_EQ(with_empty->optimizer_steps(), 2);
+  EXPECT_EQ(with_empty->parameters(), plain->parameters());
+
+  // A model given another's parameters, moments and t continues exactly as that one does;
+  // with t wrong by one the bias corrections differ and so do the parameters.
+  auto resumed = make(cfg);
+  auto off_by_one = make(cfg);
+  for (Model* m : {resumed.get(), off_by_one.get()}) {
+    m->set_parameters(plain->parameters());
+    m->set_optimizer_state(plain->optimizer_state());
+  }
+  resumed->set_optimizer_steps(plain->optimizer_steps());
+  off_by_one->set_optimizer_steps(plain->optimizer_steps() - 1);
+  step(*plain, 12);
+  step(*resumed, 12);
+  step(*off_by_one, 12);
+  EXPECT_EQ(resumed->optimizer_steps(), 3);
+  EXPECT_EQ(resumed->parameters(), plain->parameters());
+  EXPECT_GT(max_elementwise_error(off_by_one->parameters(), plain->parameters()), 1e-6);
+}
+
 TEST_P(ModelTest, MicroBatchAccumulationEqualsOneBatch) {
   MlpConfig cfg;
   cfg.layers = {6, 16, 16, 4};

@@ -949,23 +949,37 @@ cudaError_t fill(cudaStream_t stream, float* x, float value, std::int64_t count)
   return for_each_element(call, count, [&](std::int64_t i) { x[i] = value; });
 }
 
+cudaError_t prepare_update(cudaStream_t stream, const float* count_slot, std::int64_t* steps, float beta1, float beta2,
+                           math::UpdateCoefficients* out) {
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  Call call(s, "prepare_update", stream);
+  call.device(count_slot, sizeof(float), "count slot", Use::read)
+      .device(steps, sizeof(std::int64_t), "step counter", Use::write)
+      .device(out, sizeof(math::UpdateCoefficients), "coefficients", Use::write);
+  if (!call.check()) return cudaErrorInvalidValue;
+  return for_each_element(call, 1,
+                          [&](std::int64_t) { math::update_coefficients(*count_slot, *steps, beta1, beta2, *out); });
+}
+
 cudaError_t sgd_step(cudaStream_t stream, float* p, float* momentum, const float* grad_sum, std::int64_t count,
-                     float inv_count, float lr, float mu, float wd) {
+                     const math::UpdateCoefficients* k, float lr, float mu, float wd) {
   State& s = state();
   std::lock_guard lock(s.mutex);
   if (count == 0) return cudaSuccess;
   Call call(s, "sgd_step", stream);
   call.device(p, floats(count), "parameters", Use::write)
       .device(momentum, floats(count), "momentum", Use::write)
-      .device(grad_sum, floats(count), "gradient sums", Use::read);
+      .device(grad_sum, floats(count), "gradient sums", Use::read)
+      .device(k, sizeof(math::UpdateCoefficients), "coefficients", Use::read);
   if (!call.check()) return cudaErrorInvalidValue;
-  return for_each_element(call, count,
-                          [&](std::int64_t i) { math::sgd(p, momentum, grad_sum, i, inv_count, lr, mu, wd); });
+  return for_each_element(call, count, [&](std::int64_t i) {
+    if (k->active != 0) math::sgd(p, momentum, grad_sum, i, k->inv_count, lr, mu, wd);
+  });
 }
 
 cudaError_t adam_step(cudaStream_t stream, float* p, float* m, float* v, const float* grad_sum, std::int64_t count,
-                      float inv_count, float lr, float beta1, float beta2, float eps, float wd, float bias_correction1,
-                      float bias_correction2) {
+                      const math::UpdateCoefficients* k, float lr, float beta1, float beta2, float eps, float wd) {
   State& s = state();
   std::lock_guard lock(s.mutex);
   if (count == 0) return cudaSuccess;
@@ -973,10 +987,11 @@ cudaError_t adam_step(cudaStream_t stream, float* p, float* m, float* v, const f
   call.device(p, floats(count), "parameters", Use::write)
       .device(m, floats(count), "first moments", Use::write)
       .device(v, floats(count), "second moments", Use::write)
-      .device(grad_sum, floats(count), "gradient sums", Use::read);
+      .device(grad_sum, floats(count), "gradient sums", Use::read)
+      .device(k, sizeof(math::UpdateCoefficients), "coefficients", Use::read);
   if (!call.check()) return cudaErrorInvalidValue;
   return for_each_element(call, count, [&](std::int64_t i) {
-    math::adam(p, m, v, grad_sum, i, inv_count, lr, beta1, beta2, eps, wd, bias_correction1, bias_correction2);
+    if (k->active != 0) math::adam(p, m, v, grad_sum, i, k->inv_count, lr, beta1, beta2, eps, wd, k->c1, k->c2);
   });
 }
 
