@@ -101,7 +101,8 @@ class GpuCheckOnEmulatedDevice(unittest.TestCase):
                    TMPDIR=self.dir,
                    GPU_CHECK_BENCH=os.path.join(EMULATED, "antdt-bench-gpu-emulated"),
                    GPU_CHECK_BENCH_MODE="smoke", BENCH_SECONDS="0.02",
-                   PLAN_C_LAYERS="16,32,4", PLAN_C_BATCH="256", PLAN_C_STEPS="8")
+                   PLAN_C_LAYERS="16,32,4", PLAN_C_BATCH="256 512", PLAN_C_STEPS="8",
+                   PLAN_C_REPEATS="2")
         if plan_b:
             env["GPU_CHECK_BIN"] = self.bin_dir(real_cuda)
         else:
@@ -122,10 +123,13 @@ class GpuCheckOnEmulatedDevice(unittest.TestCase):
         self.assertRegex(log, r"model: passed \([0-9]+ tests from")
         self.assertRegex(log, r"reduce-nccl-np1: passed")
         self.assertRegex(log, r"reduce-staged-np2: passed")
-        # Plan C: both policies ran on the emulated device through the staged reducer.
-        self.assertRegex(log, r"static: .*emulated.*reducer mpi")
-        self.assertRegex(log, r"dd: .*emulated.*reducer mpi")
-        self.assertIn("dd / static throughput", log)
+        # Plan C: both policies ran twice at each batch on the emulated device through the
+        # staged reducer, and the medians are reported per batch without a lost sample.
+        for batch in ("256", "512"):
+            for policy in ("static", "dd"):
+                self.assertRegex(log, policy + r": batch +" + batch + r", .*emulated.*reducer mpi.*median of 2: +"
+                                 r"[0-9]+ samples/s, efficiency 0\.[0-9]{3}.*duplicated 0, missing 0")
+            self.assertRegex(log, r"batch " + batch + r": dd / static throughput [0-9.]+x")
         self.assertNotIn("FAILED", log)
 
     def test_a_runtime_that_refuses_the_sanitizer_is_not_a_failure(self):
