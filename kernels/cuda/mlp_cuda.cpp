@@ -38,8 +38,7 @@ class CudaMlp final : public Model {
     gradients_.resize(pcount + 1);
     state_.resize(std::max<std::size_t>(
         1, static_cast<std::size_t>(optimizer_state_size(config.optimizer, layout_.parameter_count))));
-    loss_.resize(1);
-    correct_.resize(1);
+    totals_.resize(1);
     steps_.resize(1);
     coefficients_.resize(1);
     ANTDT_CHECK_CUDA(cudaMemsetAsync(steps_.data(), 0, steps_.bytes(), stream_.get()));
@@ -193,8 +192,7 @@ class CudaMlp final : public Model {
                                      cudaMemcpyHostToDevice, s));
     ANTDT_CHECK_CUDA(cudaMemcpyAsync(labels_.data(), labels, static_cast<std::size_t>(n) * sizeof(std::int32_t),
                                      cudaMemcpyHostToDevice, s));
-    ANTDT_CHECK_CUDA(cudaMemsetAsync(loss_.data(), 0, sizeof(double), s));
-    ANTDT_CHECK_CUDA(cudaMemsetAsync(correct_.data(), 0, sizeof(unsigned long long), s));
+    ANTDT_CHECK_CUDA(cudaMemsetAsync(totals_.data(), 0, totals_.bytes(), s));
 
     const std::size_t last = layout_.layers.size() - 1;
     const float* input = features_.data();
@@ -208,7 +206,7 @@ class CudaMlp final : public Model {
       input = z;
     }
     ANTDT_CHECK_CUDA(cuda::softmax_cross_entropy(s, activations_[last].data(), labels_.data(), n, layout_.num_classes(),
-                                                 want_gradient, loss_.data(), correct_.data()));
+                                                 want_gradient, totals_.data()));
     if (want_gradient) {
       const float* delta = activations_[last].data();
       for (std::size_t l = layout_.layers.size(); l-- > 0;) {
@@ -230,14 +228,14 @@ class CudaMlp final : public Model {
       ANTDT_CHECK_CUDA(cuda::add_to_scalar(s, gradients_.data() + layout_.parameter_count, static_cast<float>(n)));
     }
     stop_.record(s);
-    double loss = 0.0;
-    unsigned long long correct = 0;
-    ANTDT_CHECK_CUDA(cudaMemcpyAsync(&loss, loss_.data(), sizeof loss, cudaMemcpyDeviceToHost, s));
-    ANTDT_CHECK_CUDA(cudaMemcpyAsync(&correct, correct_.data(), sizeof correct, cudaMemcpyDeviceToHost, s));
+    // One copy of the loss and hit count into page-locked memory, then the one wait this call
+    // needs (its results are on the host when it returns).
+    cuda::math::BatchTotals* totals = readback_.get();
+    ANTDT_CHECK_CUDA(cudaMemcpyAsync(totals, totals_.data(), sizeof *totals, cudaMemcpyDeviceToHost, s));
     stream_.synchronize();
     BatchResult r;
-    r.loss_sum = loss;
-    r.correct = static_cast<std::int64_t>(correct);
+    r.loss_sum = totals->loss_sum;
+    r.correct = static_cast<std::int64_t>(totals->correct);
     r.samples = n;
     r.device_seconds = stop_.seconds_since(start_);
     return r;
@@ -251,8 +249,8 @@ class CudaMlp final : public Model {
   cuda::CublasHandle cublas_;
   cuda::Event start_, stop_;
   cuda::DeviceBuffer<float> parameters_, gradients_, state_;
-  cuda::DeviceBuffer<double> loss_;
-  cuda::DeviceBuffer<unsigned long long> correct_;
+  cuda::DeviceBuffer<cuda::math::BatchTotals> totals_;
+  cuda::HostLanding<cuda::math::BatchTotals> readback_;
   cuda::DeviceBuffer<float> features_, delta_a_, delta_b_, ones_;
   cuda::DeviceBuffer<std::int32_t> labels_;
   std::vector<cuda::DeviceBuffer<float>> activations_;

@@ -42,6 +42,12 @@ ANTDT_KERNEL_MATH void softmax_cross_entropy_row(float* z, std::int64_t classes,
   }
 }
 
+// What a forward pass reports back to the host: one struct, so one copy and one wait.
+struct BatchTotals {
+  double loss_sum;             // summed cross-entropy
+  unsigned long long correct;  // arg-max hits
+};
+
 // delta[i] = 0 where the layer's ReLU output was not positive.
 ANTDT_KERNEL_MATH void relu_mask(float* delta, const float* activation, std::int64_t i) {
   if (!(activation[i] > 0.0f)) delta[i] = 0.0f;

@@ -27,8 +27,7 @@ __global__ void bias_activation_kernel(float* z, const float* b, std::int64_t n,
 // O(classes). The block's loss and hit count are combined in shared memory, then one atomic
 // per block.
 __global__ void softmax_cross_entropy_kernel(float* logits, const std::int32_t* labels, std::int64_t n,
-                                             std::int64_t classes, bool write_gradient, double* loss_sum,
-                                             unsigned long long* correct) {
+                                             std::int64_t classes, bool write_gradient, math::BatchTotals* totals) {
   __shared__ double block_loss[kThreads];
   __shared__ unsigned int block_hits[kThreads];
   double loss = 0.0;
@@ -47,8 +46,8 @@ __global__ void softmax_cross_entropy_kernel(float* logits, const std::int32_t* 
     __syncthreads();
   }
   if (threadIdx.x == 0) {
-    atomicAdd(loss_sum, block_loss[0]);
-    atomicAdd(correct, static_cast<unsigned long long>(block_hits[0]));
+    atomicAdd(&totals->loss_sum, block_loss[0]);
+    atomicAdd(&totals->correct, static_cast<unsigned long long>(block_hits[0]));
   }
 }
 
@@ -96,11 +95,10 @@ cudaError_t bias_activation(cudaStream_t stream, float* z, const float* b, std::
 }
 
 cudaError_t softmax_cross_entropy(cudaStream_t stream, float* logits, const std::int32_t* labels, std::int64_t n,
-                                  std::int64_t classes, bool write_gradient, double* loss_sum,
-                                  unsigned long long* correct) {
+                                  std::int64_t classes, bool write_gradient, math::BatchTotals* totals) {
   if (n == 0) return cudaSuccess;
   softmax_cross_entropy_kernel<<<blocks_for(n), kThreads, 0, stream>>>(logits, labels, n, classes, write_gradient,
-                                                                       loss_sum, correct);
+                                                                       totals);
   return cudaGetLastError();
 }
 

@@ -16,12 +16,11 @@ namespace antdt::cuda {
 cudaError_t bias_activation(cudaStream_t stream, float* z, const float* b, std::int64_t n, std::int64_t width,
                             bool relu);
 
-// Softmax cross-entropy per row of logits [n][classes]. Adds the summed loss to *loss_sum and
-// the number of arg-max hits to *correct (both device scalars, zeroed by the caller). When
-// write_gradient, the logits are replaced by softmax - onehot.
+// Softmax cross-entropy per row of logits [n][classes]. Adds the summed loss and the number of
+// arg-max hits to *totals (device memory, zeroed by the caller). When write_gradient, the
+// logits are replaced by softmax - onehot.
 cudaError_t softmax_cross_entropy(cudaStream_t stream, float* logits, const std::int32_t* labels, std::int64_t n,
-                                  std::int64_t classes, bool write_gradient, double* loss_sum,
-                                  unsigned long long* correct);
+                                  std::int64_t classes, bool write_gradient, math::BatchTotals* totals);
 
 // delta[i] = activation[i] > 0 ? delta[i] : 0
 cudaError_t relu_mask(cudaStream_t stream, float* delta, const float* activation, std::int64_t count);

@@ -891,16 +891,14 @@ cudaError_t bias_activation(cudaStream_t stream, float* z, const float* b, std::
 }
 
 cudaError_t softmax_cross_entropy(cudaStream_t stream, float* logits, const std::int32_t* labels, std::int64_t n,
-                                  std::int64_t classes, bool write_gradient, double* loss_sum,
-                                  unsigned long long* correct) {
+                                  std::int64_t classes, bool write_gradient, math::BatchTotals* totals) {
   State& s = state();
   std::lock_guard lock(s.mutex);
   if (n == 0) return cudaSuccess;
   Call call(s, "softmax_cross_entropy", stream);
   call.device(logits, floats(n * classes), "logits", Use::write)
       .device(labels, static_cast<std::size_t>(n) * sizeof(std::int32_t), "labels", Use::read)
-      .device(loss_sum, sizeof(double), "loss_sum", Use::write)
-      .device(correct, sizeof(unsigned long long), "correct", Use::write);
+      .device(totals, sizeof(math::BatchTotals), "totals", Use::write);
   if (!call.check()) return cudaErrorInvalidValue;
   DeviceAccess access(s);
   for (std::int64_t i = 0; i < n; ++i) {
@@ -916,8 +914,8 @@ cudaError_t softmax_cross_entropy(cudaStream_t stream, float* logits, const std:
   for (std::int64_t i = 0; i < n; ++i) {
     math::softmax_cross_entropy_row(logits + i * classes, classes, labels[i], write_gradient, loss, hits);
   }
-  *loss_sum += loss;
-  *correct += hits;
+  totals->loss_sum += loss;
+  totals->correct += hits;
   call.commit();
   return cudaSuccess;
 }
