@@ -27,6 +27,7 @@ NVCC=$NVCC "$ROOT/perf/build-bench-gpu.sh" "$OUT/antdt-bench-gpu" "$ARCH" -DANTD
   -gencode "arch=compute_$ARCH,code=compute_$ARCH" -isystem "$BLAS_INC" "$ROOT/kernels/host/mlp_host.cpp" \
   "$BLAS_LIB" "$GFORTRAN" "$QUADMATH" -lpthread
 git -C "$ROOT" rev-parse --short HEAD > "$OUT/commit" 2>/dev/null || true
+"$ROOT/perf/source-fingerprint.sh" > "$OUT/sources"
 echo "gpu-bundle: $OUT/antdt-bench-gpu ($(du -h "$OUT/antdt-bench-gpu" | cut -f1), sm_$ARCH + compute_$ARCH PTX," \
      "commit $(cat "$OUT/commit" 2>/dev/null || echo unknown)); carry .gpu-bundle"
 

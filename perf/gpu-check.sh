@@ -66,11 +66,14 @@ if [ -n "${GPU_CHECK_BENCH:-}" ]; then
   run_bench "$GPU_CHECK_BENCH"
 elif [ -x "$BUNDLE" ] && [ -z "${SKIP_BUNDLE:-}" ]; then
   # Prebuilt by perf/gpu-bundle.sh with the host backend, so host/CUDA agreement is checked too.
+  # The sources' fingerprint, not git: the copy of a tree sent to a GPU machine may carry a
+  # .git that lags its files.
   bundle_commit=$(cat "$ROOT/.gpu-bundle/commit" 2>/dev/null || echo unknown)
-  head_commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
-  echo "  prebuilt $BUNDLE (commit $bundle_commit; tree at $head_commit; not built by hand)"
-  if [ "$head_commit" != unknown ] && [ "$bundle_commit" != "$head_commit" ]; then
-    echo "  WARNING: the bundle was built from another commit: rerun perf/gpu-bundle.sh"
+  bundle_sources=$(cat "$ROOT/.gpu-bundle/sources" 2>/dev/null || echo unknown)
+  tree_sources=$("$ROOT/perf/source-fingerprint.sh" 2>/dev/null || echo unknown)
+  echo "  prebuilt $BUNDLE (commit $bundle_commit, sources $bundle_sources; not built by hand)"
+  if [ "$bundle_sources" != "$tree_sources" ]; then
+    echo "  WARNING: the bundle was built from other sources than this tree's ($tree_sources): rerun perf/gpu-bundle.sh"
   fi
   run_bench "$BUNDLE"
 elif NVCC=$NVCC timeout 180 bash "$ROOT/perf/build-bench-gpu.sh" "$BENCH" "$ARCH"; then
