@@ -261,6 +261,8 @@ class Client {
   void add(const std::vector<Grant>& grants, int my_rank);
   // Sample indices of the next k positions (fewer if it holds fewer).
   std::vector<std::int64_t> take(std::int64_t k);
+  // What take(k) would return now, without taking it (a read-ahead's guess of a later step).
+  [[nodiscard]] std::vector<std::int64_t> peek(std::int64_t k) const;
   [[nodiscard]] std::int64_t held() const noexcept { return held_; }
   void clear();
 

@@ -118,6 +118,12 @@ class Session {
   StepWork begin_step();
   // Local, optional: marks the end of data loading for this step.
   void mark_data_ready();
+  // Local: the samples the next begin_step() will hand this rank, as far as it knows now
+  // (the plan that will be in force then, the grants it holds), for reading them ahead
+  // (data::ReadAhead). A plan or grants that arrive in between can make the real ones longer
+  // or shorter; a restore or failure recovery can change them. So a reader must check them
+  // against begin_step()'s, as ReadAhead does. Empty before the first begin_step().
+  [[nodiscard]] std::vector<std::int64_t> next_samples() const;
   // Local, optional: marks local gradients ready (before any sync). `measured_seconds` >= 0
   // overrides the host clock (e.g. CUDA event time). Applies the speed emulation (waits).
   void mark_compute_done(double measured_seconds = -1.0);

@@ -277,6 +277,18 @@ std::vector<std::int64_t> Client::take(std::int64_t k) {
   return indices;
 }
 
+std::vector<std::int64_t> Client::peek(std::int64_t k) const {
+  if (k < 0) throw UsageError("dds: peek: count must be >= 0, got " + std::to_string(k));
+  std::vector<std::int64_t> indices;
+  indices.reserve(static_cast<std::size_t>(std::min(k, held_)));
+  for (auto g = grants_.begin(); k > 0 && g != grants_.end(); ++g) {
+    const std::int64_t n = std::min(k, g->size());
+    map_.append_indices(Grant{g->epoch, g->shard, g->begin, g->begin + n, g->rank}, indices);
+    k -= n;
+  }
+  return indices;
+}
+
 void Client::clear() {
   grants_.clear();
   held_ = 0;

@@ -352,6 +352,15 @@ StepWork Session::begin_step() {
   return w;
 }
 
+std::vector<std::int64_t> Session::next_samples() const {
+  const auto& s = *impl_;
+  if (s.finished) return {};
+  const std::int64_t next = s.in_step ? s.step + 1 : s.step;
+  const Plan& p = s.pending && s.pending->effective_step <= next ? *s.pending : s.plan;
+  const auto r = static_cast<std::size_t>(s.rank());
+  return r < p.batch.size() ? s.client.peek(p.batch[r]) : std::vector<std::int64_t>{};
+}
+
 void Session::mark_data_ready() {
   auto& s = *impl_;
   s.t_data_ready = Clock::now();

@@ -312,6 +312,32 @@ TEST(Coordinator, ClientTakesExactlyWhatIsCommittedAndCoverageIsClean) {
   }
 }
 
+// peek(k) is what take(k) returns next, across grant boundaries and shuffled shards, and it
+// consumes nothing; a shorter take leaves the rest of the peek as the next one's prefix.
+TEST(Coordinator, ClientPeekIsTheNextTakeAndConsumesNothing) {
+  for (bool within : {false, true}) {
+    auto o = opts(41, 4, true, 2);
+    o.shuffle_within_shard = within;
+    Coordinator coordinator(o, 1);
+    Client client(o);
+    for (int step = 0; step < 100 && !coordinator.ledger().exhausted(); ++step) {
+      client.add(coordinator.grant({7}), 0);
+      const std::int64_t held = client.held();
+      const auto ahead = client.peek(9);  // more than one step: crosses shards
+      EXPECT_EQ(client.held(), held);
+      EXPECT_EQ(static_cast<std::int64_t>(ahead.size()), std::min<std::int64_t>(9, held));
+      EXPECT_EQ(client.peek(0), std::vector<std::int64_t>{});
+      const auto taken = client.take(step % 2 == 0 ? 7 : 3);
+      ASSERT_LE(taken.size(), ahead.size());
+      EXPECT_TRUE(std::equal(taken.begin(), taken.end(), ahead.begin())) << "step " << step;
+      const auto next = client.peek(static_cast<std::int64_t>(ahead.size() - taken.size()));
+      EXPECT_TRUE(std::equal(next.begin(), next.end(), ahead.begin() + static_cast<std::ptrdiff_t>(taken.size())));
+      coordinator.commit_step({static_cast<std::int64_t>(taken.size())});
+    }
+    EXPECT_THROW((void)client.peek(-1), antdt::UsageError);
+  }
+}
+
 TEST(Coordinator, DroppedRanksConsumptionGoesBackAndIsServedAgain) {
   const auto o = opts(24, 6, false, 1);
   Coordinator coordinator(o, 2, 1);
