@@ -16,6 +16,7 @@
 #include "antdt/monitor.hpp"
 #include "antdt/plan.hpp"
 #include "antdt/planner.hpp"
+#include "antdt/read_ahead.hpp"
 #include "antdt/reduce.hpp"
 #include "antdt/report.hpp"
 #include "antdt/runtime.hpp"
