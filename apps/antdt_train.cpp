@@ -41,6 +41,7 @@ struct TrainOptions {
   std::uint64_t synthetic_seed = 7;
   std::int64_t eval_every = 0;
   std::string read_mode = "independent";
+  std::string read_ahead = "auto";
   // model
   std::string layers = "32,64,10";
   std::string optimizer = "sgd";
@@ -115,6 +116,13 @@ void add_options(CLI::App& app, TrainOptions& o) {
                  "(MPI-IO driver on all ranks; docs/data.md has the measurement)")
       ->group(data)
       ->check(CLI::IsMember({"independent", "collective"}))
+      ->capture_default_str();
+  app.add_option("--read-ahead", o.read_ahead,
+                 "Read the next step's samples on a background thread while this step computes: auto (on with a "
+                 "CUDA device, whose host cores are free meanwhile; off on the host backend, whose cores run BLAS), "
+                 "on or off. Not with --read-mode collective, whose reads are MPI calls")
+      ->group(data)
+      ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
   app.add_option("--eval-every", o.eval_every, "Evaluate on --eval-data every K steps (0: only at the end)")
       ->group(data)
@@ -283,6 +291,11 @@ void validate(const TrainOptions& o, int world) {
   if (o.resume && o.checkpoint_dir.empty()) throw UsageError("--resume needs --checkpoint-dir");
   if (o.checkpoint_every > 0 && o.checkpoint_dir.empty()) throw UsageError("--checkpoint-every needs --checkpoint-dir");
   if (o.eval_every > 0 && o.eval_data.empty()) throw UsageError("--eval-every needs --eval-data");
+  if (o.read_ahead == "on" && o.read_mode == "collective") {
+    throw UsageError(
+        "--read-ahead on needs --read-mode independent: collective reads are MPI calls, which antdt "
+        "makes from the main thread only");
+  }
   if (o.fail_at_step >= 0 && o.fail_rank >= world) {
     throw UsageError("--fail-rank " + std::to_string(o.fail_rank) + " is not a rank of this " + std::to_string(world) +
                      "-rank job");
@@ -323,13 +336,7 @@ void agree(MPI_Comm comm, const std::function<void()>& local) {
 }
 
 // One rank's batch in host memory, page-locked on a GPU (--pin-memory).
-struct Batch {
-  explicit Batch(bool page_locked)
-      : features(antdt::PinnedAllocator<float>(page_locked)),
-        labels(antdt::PinnedAllocator<std::int32_t>(page_locked)) {}
-  antdt::HostVector<float> features;
-  antdt::HostVector<std::int32_t> labels;
-};
+using Batch = antdt::data::Batch;
 
 // Evaluates on every rank's contiguous slice of `eval`, then sums over ranks. `b` is scratch
 // (the training batch's buffers, so that no second pinned buffer is allocated).
@@ -445,7 +452,15 @@ int run(const TrainOptions& o, int world_size) {
   auto reducer = make_reducer(session.comm(), device);
   // Batch buffers, page-locked on a GPU. Reserved for an even share now; they grow (rarely,
   // geometrically) when the Controller gives this rank more.
-  Batch batch(o.pin_memory && device.backend == Backend::cuda);
+  const bool page_locked = o.pin_memory && device.backend == Backend::cuda;
+  Batch batch(page_locked);
+  // The next step's read overlaps this step's compute (docs/data.md). Declared after the
+  // data sets, so it is gone (its read waited for) before they close.
+  std::optional<data::ReadAhead> ahead;
+  if (o.read_ahead == "on" ||
+      (o.read_ahead == "auto" && device.backend == Backend::cuda && o.read_mode == "independent")) {
+    ahead.emplace(*train, page_locked);
+  }
   {
     const auto share = static_cast<std::size_t>((o.global_batch + world_size - 1) / world_size);
     batch.features.reserve(share * static_cast<std::size_t>(train->dim()));
@@ -565,10 +580,14 @@ int run(const TrainOptions& o, int world_size) {
     }
     StepWork work = session.begin_step();
     const auto n = static_cast<std::int64_t>(work.samples.size());
-    batch.features.resize(static_cast<std::size_t>(n * dim));
-    batch.labels.resize(static_cast<std::size_t>(n));
-    if (n > 0) train->read(work.samples, batch.features.data(), batch.labels.data());
+    if (ahead) {
+      (void)ahead->fill(work.samples, batch);
+    } else {
+      batch.resize(n, dim);
+      if (n > 0) train->read(work.samples, batch.features.data(), batch.labels.data());
+    }
     session.mark_data_ready();
+    if (ahead && !(o.steps > 0 && session.step() + 1 >= o.steps)) ahead->start(session.next_samples());
 
     model->zero_gradients();
     BatchResult total;
@@ -589,14 +608,17 @@ int run(const TrainOptions& o, int world_size) {
     if (s.samples > 0) recent_loss.push_back(s.loss_sum / static_cast<double>(s.samples));
     if (recent_loss.size() > 10) recent_loss.erase(recent_loss.begin());
     const std::int64_t done_steps = session.step();
-    if (eval && o.eval_every > 0 && done_steps % o.eval_every == 0) {
+    const bool eval_due = eval && o.eval_every > 0 && done_steps % o.eval_every == 0;
+    const bool checkpoint_due = o.checkpoint_every > 0 && done_steps % o.checkpoint_every == 0 && !session.finished();
+    if (ahead && (eval_due || checkpoint_due)) ahead->wait();  // HDF5 is not thread-safe
+    if (eval_due) {
       eval_result = evaluate(*model, *eval, comm, cap, batch);
       if (root) {
         ANTDT_LOG(info) << "step " << done_steps << ": eval loss " << eval_result->first << ", accuracy "
                         << eval_result->second;
       }
     }
-    if (o.checkpoint_every > 0 && done_steps % o.checkpoint_every == 0 && !session.finished()) save_checkpoint();
+    if (checkpoint_due) save_checkpoint();
     if (show_progress && (done_steps % o.progress_every == 0 || session.finished())) {
       const double elapsed = MPI_Wtime() - t_start;
       const auto x = session.rank_throughput();
@@ -623,6 +645,10 @@ int run(const TrainOptions& o, int world_size) {
     }
   }
   const double wall = MPI_Wtime() - t_start;
+  if (ahead) ahead->wait();
+  // Rows trained from the read-ahead, and read while waiting, over all ranks.
+  std::int64_t rows[2] = {ahead ? ahead->rows_ahead() : 0, ahead ? ahead->rows_now() : 0};
+  ANTDT_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, rows, 2, MPI_INT64_T, MPI_SUM, comm));
   if (eval) eval_result = evaluate(*model, *eval, comm, cap, batch);
   if (!ckpt_dir.empty()) save_checkpoint();
 
@@ -632,6 +658,9 @@ int run(const TrainOptions& o, int world_size) {
     sum.device = device.name;
     sum.reducer = std::string(reducer->name());
     sum.pinned_batches = detail::is_page_locked(batch.features.data());
+    sum.read_ahead = ahead.has_value();
+    sum.read_ahead_fraction =
+        rows[0] + rows[1] > 0 ? static_cast<double>(rows[0]) / static_cast<double>(rows[0] + rows[1]) : 0.0;
     sum.job_id = job;
     sum.wall_seconds = wall;
     summarize_session(session, sum);

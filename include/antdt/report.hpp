@@ -17,11 +17,13 @@ namespace antdt {
 struct RunSummary {
   int ranks = 0;
   std::string policy;
-  std::string backend;          // "host" or "cuda"
-  std::string device;           // rank 0's device name, e.g. "NVIDIA H200" or "host (BLAS sgemm + Kokkos)"
-  std::string reducer;          // the gradient reducer: "mpi" or "nccl"
-  bool pinned_batches = false;  // rank 0's batch buffers are page-locked (CUDA, --pin-memory)
-  std::string job_id;           // Slurm job id, "" outside Slurm
+  std::string backend;             // "host" or "cuda"
+  std::string device;              // rank 0's device name, e.g. "NVIDIA H200" or "host (BLAS sgemm + Kokkos)"
+  std::string reducer;             // the gradient reducer: "mpi" or "nccl"
+  bool pinned_batches = false;     // rank 0's batch buffers are page-locked (CUDA, --pin-memory)
+  bool read_ahead = false;         // the next step's samples were read during this step (--read-ahead)
+  double read_ahead_fraction = 0;  // of the rows trained on, those the read-ahead had ready (all ranks)
+  std::string job_id;              // Slurm job id, "" outside Slurm
   bool emulated = false;
   std::string emulation;  // EmulationOptions::describe()
   std::vector<double> emulated_speeds;

@@ -136,6 +136,8 @@ std::string summary_json(const RunSummary& s) {
   o << "  \"device\": " << json_string(s.device) << ",\n";
   o << "  \"reducer\": " << json_string(s.reducer) << ",\n";
   o << "  \"pinned_batches\": " << (s.pinned_batches ? "true" : "false") << ",\n";
+  o << "  \"read_ahead\": " << (s.read_ahead ? "true" : "false") << ",\n";
+  o << "  \"read_ahead_fraction\": " << json_number(s.read_ahead_fraction) << ",\n";
   o << "  \"job_id\": " << json_string(s.job_id) << ",\n";
   o << "  \"emulated\": " << (s.emulated ? "true" : "false") << ",\n";
   o << "  \"emulation\": " << json_string(s.emulation) << ",\n";
@@ -194,7 +196,11 @@ std::string summary_text(const RunSummary& s) {
   o << "=== antdt run report" << (s.job_id.empty() ? "" : " (job " + s.job_id + ")") << " ===\n";
   o << "ranks " << s.ranks << ", policy " << s.policy << ", backend " << s.backend
     << (s.device.empty() ? "" : " [" + s.device + "]") << (s.reducer.empty() ? "" : ", reduction via " + s.reducer)
-    << (s.pinned_batches ? ", batches page-locked" : "") << "\n";
+    << (s.pinned_batches ? ", batches page-locked" : "")
+    << (s.read_ahead ? ", read ahead (" + std::to_string(static_cast<int>(std::lround(100 * s.read_ahead_fraction))) +
+                           " % of rows ready)"
+                     : "")
+    << "\n";
   if (s.emulated) o << "EMULATED stragglers: " << s.emulation << "\n";
   o << std::setprecision(2) << "steps " << s.steps << ", samples " << s.samples << ", epochs completed "
     << s.epochs_completed << ", wall " << s.wall_seconds << " s\n";

@@ -185,6 +185,50 @@ class TrainRuns(Workdir):
         self.assertLess(split[3], split[0], "the slow rank gets the smaller share")
 
 
+    def test_read_ahead_trains_exactly_as_reading_in_the_step(self):
+        """--read-ahead reads the next step's samples during this one (off by default on the
+        host). It must change no parameter, and the checkpoints and evaluations in between,
+        which use HDF5 on the main thread, must wait for it."""
+        args = [*self.base(), "--policy", "static", "--steps", "14", "--eval-data", self.eval, "--eval-every", "4",
+                "--checkpoint-every", "5"]
+        sums = {}
+        for mode in ("on", "off", "auto"):
+            js = os.path.join(self.dir, f"ra-{mode}.json")
+            r = mpirun(3, *args, "--read-ahead", mode, "--checkpoint-dir", os.path.join(self.dir, f"ra-ck-{mode}"),
+                       "--summary-json", js)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            s = self.summary(js)
+            self.assertEqual(s["read_ahead"], mode == "on", "auto is off on the host backend")
+            if mode == "on":
+                # Every step but the first was read ahead (a static plan: the guess is always right).
+                self.assertAlmostEqual(s["read_ahead_fraction"], 13 / 14, places=6)
+            else:
+                self.assertEqual(s["read_ahead_fraction"], 0)
+            sums[mode] = s["parameter_checksum"]
+        self.assertEqual(sums["on"], sums["off"])
+        self.assertEqual(sums["on"], sums["auto"])
+
+    def test_read_ahead_under_dd_keeps_every_sample_once(self):
+        js = os.path.join(self.dir, "ra-dd.json")
+        loud = [a for a in self.base() if a != "--quiet"]
+        r = mpirun(3, *loud, "--epochs", "2", "--policy", "dd", "--emulate-speed", "1,1,0.33",
+                   "--virtual-device", "0.0002", "--min-interval", "4", "--no-probe", "--read-ahead", "on",
+                   "--summary-json", js)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        s = self.summary(js)
+        self.assertRegex(r.stdout, r"read ahead \([0-9]+ % of rows ready\)")
+        self.assertEqual([e["committed"] for e in s["epochs"]], [self.samples] * 2)
+        self.assertEqual(s["duplicated_samples"], 0)
+        self.assertEqual(s["missing_samples"], 0)
+        self.assertGreaterEqual(s["plan_changes"], 1, "without the probe, dd moves off the equal split")
+        self.assertGreater(s["read_ahead_fraction"], 0.8, "a plan change costs a partial read, not the read-ahead")
+
+    def test_read_ahead_refuses_collective_reads(self):
+        r = mpirun(2, *self.base(), "--steps", "2", "--read-ahead", "on", "--read-mode", "collective")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("--read-ahead on needs --read-mode independent", r.stderr)
+
+
 class Checkpoints(Workdir):
     def test_kill_and_resume_equals_uninterrupted(self):
         a_dir, b_dir = os.path.join(self.dir, "ck-a"), os.path.join(self.dir, "ck-b")
@@ -307,6 +351,24 @@ class EmulatedCuda(Workdir):
             sums[name] = s["parameter_checksum"]
         self.assertEqual(sums["pinned"], sums["pageable"])
         self.assertEqual(sums["pinned"], sums["refused"])
+
+    def test_read_ahead_is_on_by_default_on_a_gpu_and_changes_nothing(self):
+        """On a GPU the host's cores are free while the device computes, so --read-ahead auto
+        reads the next step's samples then, into a second pinned batch whose buffers are
+        swapped in: same parameters bit for bit, and no host write into a batch whose copy
+        to the device is in flight (the emulated device faults it)."""
+        args = [*self.base(), "--policy", "static", "--steps", "12", "--eval-data", self.eval, "--eval-every", "5"]
+        res = {}
+        for mode in ("auto", "off"):
+            js = os.path.join(self.dir, f"emu-ra-{mode}.json")
+            r = self.cuda(2, 1, *args, "--read-ahead", mode, "--summary-json", js)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            res[mode] = self.summary(js)
+        self.assertTrue(res["auto"]["read_ahead"])
+        self.assertTrue(res["auto"]["pinned_batches"])
+        self.assertAlmostEqual(res["auto"]["read_ahead_fraction"], 11 / 12, places=6)
+        self.assertFalse(res["off"]["read_ahead"])
+        self.assertEqual(res["auto"]["parameter_checksum"], res["off"]["parameter_checksum"])
 
     def test_cuda_kill_and_resume_equals_uninterrupted(self):
         a_dir, b_dir = os.path.join(self.dir, "emu-ck-a"), os.path.join(self.dir, "emu-ck-b")
