@@ -19,7 +19,8 @@
 # Exit status: non-zero when a check that ran failed. Steps that cannot run say why.
 #
 # Knobs: BENCH_SECONDS (per shape, default 1); SKIP_BUNDLE; SKIP_PLAN_B; PLAN_C_LAYERS,
-# PLAN_C_BATCH (global batches, space-separated), PLAN_C_STEPS, PLAN_C_REPEATS, PLAN_C_DEVICE. GPU_CHECK_BENCH (a bench binary),
+# PLAN_C_BATCH (global batches, space-separated), PLAN_C_STEPS, PLAN_C_REPEATS, PLAN_C_DEVICE,
+# PLAN_C_ARGS (more antdt-train options); SKIP_PLAN_A (no bench, no sanitizers). GPU_CHECK_BENCH (a bench binary),
 # GPU_CHECK_BENCH_MODE (its mode: smoke) and GPU_CHECK_BIN (a folder holding the plan B
 # binaries under their usual names) replace what the check would carry or build: the test
 # tests/compute/test_gpu_check.py runs this script on the emulated device that way.
@@ -61,7 +62,9 @@ run_bench() {
   fi
   BENCH_BIN=$1
 }
-if [ -n "${GPU_CHECK_BENCH:-}" ]; then
+if [ -n "${SKIP_PLAN_A:-}" ]; then
+  echo "  SKIPPED: SKIP_PLAN_A is set (the sanitizers, which run its bench, are skipped too)"
+elif [ -n "${GPU_CHECK_BENCH:-}" ]; then
   echo "  the bench given by GPU_CHECK_BENCH: $GPU_CHECK_BENCH"
   run_bench "$GPU_CHECK_BENCH"
 elif [ -x "$BUNDLE" ] && [ -z "${SKIP_BUNDLE:-}" ]; then
@@ -219,7 +222,7 @@ else
       for policy in static dd; do
         ANTDT_LOG_LEVEL=warn run_env timeout 60 mpirun -np 2 "$BIN/antdt-train" --data "$WORK/train.h5" \
           --layers "$layers" --global-batch "$batch" --steps "${PLAN_C_STEPS:-60}" \
-          --device "${PLAN_C_DEVICE:-cuda}" --emulate-speed 1,0.5 --policy "$policy" --quiet \
+          --device "${PLAN_C_DEVICE:-cuda}" --emulate-speed 1,0.5 --policy "$policy" --quiet ${PLAN_C_ARGS:-} \
           --summary-json "$WORK/plan-c-$batch-$policy-$rep.json" 2> "$WORK/plan-c-$batch-$policy-$rep.err" \
           || { echo "  $policy, batch $batch, run $rep: FAILED:"; tail -5 "$WORK/plan-c-$batch-$policy-$rep.err"; status=1; }
       done
@@ -244,7 +247,8 @@ for batch in sorted({b for b, _ in runs}):
         print(f"  {policy:>6}: batch {batch:6d}, {r['device']}, reducer {r['reducer']}, pinned batches "
               f"{r['pinned_batches']}, median of {len(rs)}: {med(rs, 'throughput'):9.0f} samples/s, efficiency "
               f"{med(rs, 'efficiency'):.3f}, idle {med(rs, 'idle_fraction'):.3f}, data wait "
-              f"{med(rs, 'data_wait_fraction'):.3f}, split {r['final_split']}, duplicated "
+              f"{med(rs, 'data_wait_fraction'):.3f}, read ahead {med(rs, 'read_ahead_fraction'):.2f}, "
+              f"split {r['final_split']}, duplicated "
               f"{max(x['duplicated_samples'] for x in rs)}, missing {max(x['missing_samples'] for x in rs)}")
     s, d = runs.get((batch, "static"), []), runs.get((batch, "dd"), [])
     if s and d:

@@ -102,7 +102,7 @@ class GpuCheckOnEmulatedDevice(unittest.TestCase):
                    GPU_CHECK_BENCH=os.path.join(EMULATED, "antdt-bench-gpu-emulated"),
                    GPU_CHECK_BENCH_MODE="smoke", BENCH_SECONDS="0.02",
                    PLAN_C_LAYERS="16,32,4", PLAN_C_BATCH="256 512", PLAN_C_STEPS="8",
-                   PLAN_C_REPEATS="2")
+                   PLAN_C_REPEATS="2", PLAN_C_ARGS="--read-ahead on")
         if plan_b:
             env["GPU_CHECK_BIN"] = self.bin_dir(real_cuda)
         else:
@@ -128,7 +128,7 @@ class GpuCheckOnEmulatedDevice(unittest.TestCase):
         for batch in ("256", "512"):
             for policy in ("static", "dd"):
                 self.assertRegex(log, policy + r": batch +" + batch + r", .*emulated.*reducer mpi.*median of 2: +"
-                                 r"[0-9]+ samples/s, efficiency 0\.[0-9]{3}.*duplicated 0, missing 0")
+                                 r"[0-9]+ samples/s, efficiency 0\.[0-9]{3}.*read ahead 0\.[5-9][0-9].*duplicated 0, missing 0")
             self.assertRegex(log, r"batch " + batch + r": dd / static throughput [0-9.]+x")
         self.assertNotIn("FAILED", log)
 
