@@ -3,7 +3,8 @@
 // device (cuBLAS + CUDA kernels). docs/compute.md describes the maths and the invariants.
 //
 // Threading: a Model is used by one thread at a time. On CUDA every call is issued on the
-// model's own stream; accumulate/evaluate return after their results are on the host.
+// model's own stream; accumulate/evaluate return after their results are on the host, and
+// apply_update returns at once, its update queued (later calls on the model see it).
 #pragma once
 
 #include <cstddef>
