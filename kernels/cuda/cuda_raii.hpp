@@ -84,7 +84,7 @@ class HostLanding {
  public:
   HostLanding() {
     void* p = nullptr;
-    if (cudaHostAlloc(&p, sizeof(T), cudaHostAllocDefault) == cudaSuccess) {
+    if (cudaHostAlloc(&p, sizeof(T), cudaHostAllocPortable) == cudaSuccess) {
       pinned_ = static_cast<T*>(p);
     } else {
       (void)cudaGetLastError();  // refused (a pinning limit): the fallback serves, nothing is wrong
