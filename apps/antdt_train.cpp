@@ -454,13 +454,12 @@ int run(const TrainOptions& o, int world_size) {
   // geometrically) when the Controller gives this rank more.
   const bool page_locked = o.pin_memory && device.backend == Backend::cuda;
   Batch batch(page_locked);
-  // The next step's read overlaps this step's compute (docs/data.md). Declared after the
-  // data sets, so it is gone (its read waited for) before they close.
-  std::optional<data::ReadAhead> ahead;
-  if (o.read_ahead == "on" ||
-      (o.read_ahead == "auto" && device.backend == Backend::cuda && o.read_mode == "independent")) {
-    ahead.emplace(*train, page_locked);
-  }
+  // Reads each step's samples; with --read-ahead it also reads the next step's while this one
+  // computes (docs/data.md). Declared after the data sets, so it is gone (its read waited
+  // for) before they close.
+  data::ReadAhead ahead(*train, page_locked);
+  const bool read_ahead = o.read_ahead == "on" ||
+                          (o.read_ahead == "auto" && device.backend == Backend::cuda && o.read_mode == "independent");
   {
     const auto share = static_cast<std::size_t>((o.global_batch + world_size - 1) / world_size);
     batch.features.reserve(share * static_cast<std::size_t>(train->dim()));
@@ -579,15 +578,9 @@ int run(const TrainOptions& o, int world_size) {
       std::raise(SIGKILL);
     }
     StepWork work = session.begin_step();
-    const auto n = static_cast<std::int64_t>(work.samples.size());
-    if (ahead) {
-      (void)ahead->fill(work.samples, batch);
-    } else {
-      batch.resize(n, dim);
-      if (n > 0) train->read(work.samples, batch.features.data(), batch.labels.data());
-    }
+    (void)ahead.fill(work.samples, batch);  // without a read-ahead started, a plain read
     session.mark_data_ready();
-    if (ahead && !(o.steps > 0 && session.step() + 1 >= o.steps)) ahead->start(session.next_samples());
+    if (read_ahead && !(o.steps > 0 && session.step() + 1 >= o.steps)) ahead.start(session.next_samples());
 
     model->zero_gradients();
     BatchResult total;
@@ -610,7 +603,7 @@ int run(const TrainOptions& o, int world_size) {
     const std::int64_t done_steps = session.step();
     const bool eval_due = eval && o.eval_every > 0 && done_steps % o.eval_every == 0;
     const bool checkpoint_due = o.checkpoint_every > 0 && done_steps % o.checkpoint_every == 0 && !session.finished();
-    if (ahead && (eval_due || checkpoint_due)) ahead->wait();  // HDF5 is not thread-safe
+    if (eval_due || checkpoint_due) ahead.wait();  // HDF5 is not thread-safe
     if (eval_due) {
       eval_result = evaluate(*model, *eval, comm, cap, batch);
       if (root) {
@@ -645,9 +638,9 @@ int run(const TrainOptions& o, int world_size) {
     }
   }
   const double wall = MPI_Wtime() - t_start;
-  if (ahead) ahead->wait();
+  ahead.wait();
   // Rows trained from the read-ahead, and read while waiting, over all ranks.
-  std::int64_t rows[2] = {ahead ? ahead->rows_ahead() : 0, ahead ? ahead->rows_now() : 0};
+  std::int64_t rows[2] = {ahead.rows_ahead(), ahead.rows_now()};
   ANTDT_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, rows, 2, MPI_INT64_T, MPI_SUM, comm));
   if (eval) eval_result = evaluate(*model, *eval, comm, cap, batch);
   if (!ckpt_dir.empty()) save_checkpoint();
@@ -658,7 +651,7 @@ int run(const TrainOptions& o, int world_size) {
     sum.device = device.name;
     sum.reducer = std::string(reducer->name());
     sum.pinned_batches = detail::is_page_locked(batch.features.data());
-    sum.read_ahead = ahead.has_value();
+    sum.read_ahead = read_ahead;
     sum.read_ahead_fraction =
         rows[0] + rows[1] > 0 ? static_cast<double>(rows[0]) / static_cast<double>(rows[0] + rows[1]) : 0.0;
     sum.job_id = job;

@@ -77,31 +77,6 @@ class DeviceBuffer {
   std::size_t count_ = 0;
 };
 
-// One T that device-to-host copies land in, in page-locked memory when the driver grants it
-// (the copy is then one DMA, with no staging through a driver buffer), else in ordinary memory.
-template <class T>
-class HostLanding {
- public:
-  HostLanding() {
-    void* p = nullptr;
-    if (cudaHostAlloc(&p, sizeof(T), cudaHostAllocPortable) == cudaSuccess) {
-      pinned_ = static_cast<T*>(p);
-    } else {
-      (void)cudaGetLastError();  // refused (a pinning limit): the fallback serves, nothing is wrong
-    }
-  }
-  HostLanding(const HostLanding&) = delete;
-  HostLanding& operator=(const HostLanding&) = delete;
-  ~HostLanding() {
-    if (pinned_ != nullptr) (void)cudaFreeHost(pinned_);
-  }
-  [[nodiscard]] T* get() noexcept { return pinned_ != nullptr ? pinned_ : &fallback_; }
-
- private:
-  T* pinned_ = nullptr;
-  T fallback_{};
-};
-
 // A blocking stream (ordered with the legacy default stream, so plain cudaMemcpy calls made
 // elsewhere see this stream's finished work).
 class Stream {

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "antdt/device.hpp"
 #include "antdt/error.hpp"
 #include "cuda/cuda_raii.hpp"
 #include "cuda/mlp_kernels.hpp"
@@ -113,18 +114,10 @@ class CudaMlp final : public Model {
     }
     upload(state_.data(), values.data(), values.size());
   }
-  [[nodiscard]] std::int64_t optimizer_steps() const override {
-    cuda::DeviceGuard guard(device_id_);
-    std::int64_t t = 0;
-    ANTDT_CHECK_CUDA(cudaMemcpyAsync(&t, steps_.data(), sizeof t, cudaMemcpyDeviceToHost, stream_.get()));
-    stream_.synchronize();
-    return t;
-  }
+  [[nodiscard]] std::int64_t optimizer_steps() const override { return download(steps_.data(), 1).front(); }
   void set_optimizer_steps(std::int64_t steps) override {
     if (steps < 0) throw UsageError("optimizer steps must be >= 0");
-    cuda::DeviceGuard guard(device_id_);
-    ANTDT_CHECK_CUDA(cudaMemcpyAsync(steps_.data(), &steps, sizeof steps, cudaMemcpyHostToDevice, stream_.get()));
-    stream_.synchronize();
+    upload(steps_.data(), &steps, 1);
   }
 
   [[nodiscard]] std::int64_t bytes_per_sample() const override {
@@ -145,17 +138,17 @@ class CudaMlp final : public Model {
     return optimizer_state_size(config_.optimizer, layout_.parameter_count);
   }
 
-  void upload(float* device_dst, const float* host_src, std::size_t count) {
+  template <class T>
+  void upload(T* device_dst, const T* host_src, std::size_t count) {
     cuda::DeviceGuard guard(device_id_);
-    ANTDT_CHECK_CUDA(
-        cudaMemcpyAsync(device_dst, host_src, count * sizeof(float), cudaMemcpyHostToDevice, stream_.get()));
+    ANTDT_CHECK_CUDA(cudaMemcpyAsync(device_dst, host_src, count * sizeof(T), cudaMemcpyHostToDevice, stream_.get()));
     stream_.synchronize();
   }
-  [[nodiscard]] std::vector<float> download(const float* device_src, std::size_t count) const {
+  template <class T>
+  [[nodiscard]] std::vector<T> download(const T* device_src, std::size_t count) const {
     cuda::DeviceGuard guard(device_id_);
-    std::vector<float> out(count);
-    ANTDT_CHECK_CUDA(
-        cudaMemcpyAsync(out.data(), device_src, count * sizeof(float), cudaMemcpyDeviceToHost, stream_.get()));
+    std::vector<T> out(count);
+    ANTDT_CHECK_CUDA(cudaMemcpyAsync(out.data(), device_src, count * sizeof(T), cudaMemcpyDeviceToHost, stream_.get()));
     stream_.synchronize();
     return out;
   }
@@ -229,7 +222,7 @@ class CudaMlp final : public Model {
     stop_.record(s);
     // One copy of the loss and hit count into page-locked memory, then the one wait this call
     // needs (its results are on the host when it returns).
-    cuda::math::BatchTotals* totals = readback_.get();
+    cuda::math::BatchTotals* totals = readback_.data();
     ANTDT_CHECK_CUDA(cudaMemcpyAsync(totals, totals_.data(), sizeof *totals, cudaMemcpyDeviceToHost, s));
     stream_.synchronize();
     BatchResult r;
@@ -249,7 +242,8 @@ class CudaMlp final : public Model {
   cuda::Event start_, stop_;
   cuda::DeviceBuffer<float> parameters_, gradients_, state_;
   cuda::DeviceBuffer<cuda::math::BatchTotals> totals_;
-  cuda::HostLanding<cuda::math::BatchTotals> readback_;
+  // Where the totals land: page-locked (one DMA, no driver staging) unless pinning is refused.
+  HostVector<cuda::math::BatchTotals> readback_{1, PinnedAllocator<cuda::math::BatchTotals>(true)};
   cuda::DeviceBuffer<float> features_, delta_a_, delta_b_, ones_;
   cuda::DeviceBuffer<std::int32_t> labels_;
   std::vector<cuda::DeviceBuffer<float>> activations_;

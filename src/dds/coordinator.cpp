@@ -262,23 +262,21 @@ void Client::add(const std::vector<Grant>& grants, int my_rank) {
 }
 
 std::vector<std::int64_t> Client::take(std::int64_t k) {
-  if (k < 0) throw UsageError("dds: take: count must be >= 0, got " + std::to_string(k));
-  std::vector<std::int64_t> indices;
-  indices.reserve(static_cast<std::size_t>(std::min(k, held_)));
-  while (k > 0 && !grants_.empty()) {
+  std::vector<std::int64_t> indices = peek(k);
+  // Consume exactly the positions peek listed, front grant first.
+  for (auto n = static_cast<std::int64_t>(indices.size()); n > 0;) {
     Grant& front = grants_.front();
-    const std::int64_t n = std::min(k, front.size());
-    map_.append_indices(Grant{front.epoch, front.shard, front.begin, front.begin + n, front.rank}, indices);
-    front.begin += n;
-    held_ -= n;
-    k -= n;
+    const std::int64_t used = std::min(n, front.size());
+    front.begin += used;
+    held_ -= used;
+    n -= used;
     if (front.begin == front.end) grants_.pop_front();
   }
   return indices;
 }
 
 std::vector<std::int64_t> Client::peek(std::int64_t k) const {
-  if (k < 0) throw UsageError("dds: peek: count must be >= 0, got " + std::to_string(k));
+  if (k < 0) throw UsageError("dds: Client: a count of positions must be >= 0, got " + std::to_string(k));
   std::vector<std::int64_t> indices;
   indices.reserve(static_cast<std::size_t>(std::min(k, held_)));
   for (auto g = grants_.begin(); k > 0 && g != grants_.end(); ++g) {

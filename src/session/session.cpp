@@ -245,8 +245,11 @@ struct Session::Impl {
     t_last_end = Clock::now();
   }
 
+  // Whether the issued plan is in force by step `at`.
+  [[nodiscard]] bool pending_due(std::int64_t at) const { return pending && pending->effective_step <= at; }
+
   void apply_pending_plan() {
-    if (pending && pending->effective_step <= step) {
+    if (pending_due(step)) {
       plan = std::move(*pending);
       pending.reset();
       if (!comm.is_root()) history.push_back(plan);
@@ -356,7 +359,7 @@ std::vector<std::int64_t> Session::next_samples() const {
   const auto& s = *impl_;
   if (s.finished) return {};
   const std::int64_t next = s.in_step ? s.step + 1 : s.step;
-  const Plan& p = s.pending && s.pending->effective_step <= next ? *s.pending : s.plan;
+  const Plan& p = s.pending_due(next) ? *s.pending : s.plan;
   const auto r = static_cast<std::size_t>(s.rank());
   return r < p.batch.size() ? s.client.peek(p.batch[r]) : std::vector<std::int64_t>{};
 }

@@ -328,6 +328,23 @@ cudaError_t destroy_handle(T* handle, std::set<const T*> State::*live, const cha
   return cudaSuccess;
 }
 
+// cudaFree and cudaFreeHost: waits for the device, then unmaps the block that starts at ptr
+// and forgets it; a pointer that starts no live block of `blocks` is rejected. Locked by the
+// caller.
+template <class Blocks>
+cudaError_t release_mapped(State& s, Blocks& blocks, void* ptr, const char* api, const char* what) {
+  if (ptr == nullptr) return cudaSuccess;
+  auto it = blocks.find(reinterpret_cast<std::uintptr_t>(ptr));
+  if (it == blocks.end()) {
+    reject(s, api, hex(ptr) + " is not the start of a live " + what);
+    return cudaErrorInvalidValue;
+  }
+  complete_copies(s, nullptr);
+  munmap(ptr, it->second.mapped);
+  blocks.erase(it);
+  return cudaSuccess;
+}
+
 }  // namespace
 
 namespace antdt::emulated_cuda {
@@ -426,18 +443,9 @@ cudaError_t cudaMalloc(void** ptr, std::size_t bytes) {
 
 // cudaFree waits for the device, as the real one does.
 cudaError_t cudaFree(void* ptr) {
-  if (ptr == nullptr) return cudaSuccess;
   State& s = state();
   std::lock_guard lock(s.mutex);
-  auto it = s.allocations.find(reinterpret_cast<std::uintptr_t>(ptr));
-  if (it == s.allocations.end()) {
-    reject(s, "cudaFree", hex(ptr) + " is not the start of a live device allocation");
-    return cudaErrorInvalidValue;
-  }
-  complete_copies(s, nullptr);
-  munmap(ptr, it->second.mapped);
-  s.allocations.erase(it);
-  return cudaSuccess;
+  return release_mapped(s, s.allocations, ptr, "cudaFree", "device allocation");
 }
 
 // Pinned host memory: mapped pages, tracked so that host access during an asynchronous copy
@@ -468,18 +476,9 @@ cudaError_t cudaHostAlloc(void** ptr, std::size_t bytes, unsigned int /*flags*/)
 
 // Waits for the device first, as cudaFree does.
 cudaError_t cudaFreeHost(void* ptr) {
-  if (ptr == nullptr) return cudaSuccess;
   State& s = state();
   std::lock_guard lock(s.mutex);
-  auto it = s.pinned.find(reinterpret_cast<std::uintptr_t>(ptr));
-  if (it == s.pinned.end()) {
-    reject(s, "cudaFreeHost", hex(ptr) + " is not the start of a live cudaHostAlloc block");
-    return cudaErrorInvalidValue;
-  }
-  complete_copies(s, nullptr);
-  munmap(ptr, it->second.mapped);
-  s.pinned.erase(it);
-  return cudaSuccess;
+  return release_mapped(s, s.pinned, ptr, "cudaFreeHost", "cudaHostAlloc block");
 }
 
 namespace {
