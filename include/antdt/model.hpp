@@ -36,6 +36,31 @@ struct MlpConfig {
 // non-numeric entry.
 [[nodiscard]] std::vector<std::int64_t> parse_layers(std::string_view text);
 
+// A range [offset, offset + count) of a model's gradient buffer.
+struct GradientBucket {
+  std::int64_t offset = 0;
+  std::int64_t count = 0;
+};
+
+// Receives a step's gradient buffer bucket by bucket while Model::accumulate_overlapped runs
+// its backward pass, so that a reduction can start on the layers already finished while the
+// others compute (GradientReducer::begin_overlapped in reduce.hpp is the one antdt provides).
+// All calls come on the thread that called accumulate_overlapped.
+class GradientListener {
+ public:
+  virtual ~GradientListener() = default;
+  // Host memory of gradient_count() floats. A model whose buffer is device memory copies each
+  // finished bucket to the same offset there before ready(); nullptr for no copies (a host
+  // model's buffer is read in place, and host models ignore this).
+  [[nodiscard]] virtual float* host_copy() = 0;
+  // Bucket `index` of Model::gradient_buckets() holds its final sums for this call (and,
+  // with host_copy(), is copied there). Called once per bucket, in bucket order.
+  virtual void ready(std::size_t index) = 0;
+  // Called repeatedly while the model waits for its device between buckets, and between a
+  // host model's layers: the place to progress non-blocking communication.
+  virtual void poll() = 0;
+};
+
 struct BatchResult {
   double loss_sum = 0;       // summed (not averaged) cross-entropy over the samples
   std::int64_t correct = 0;  // samples whose arg-max class equals the label
@@ -65,6 +90,16 @@ class Model {
   virtual void zero_gradients() = 0;
   // Adds the gradient sums of n samples (n >= 0; 0 is a no-op) to the buffer.
   virtual BatchResult accumulate(const float* features, const std::int32_t* labels, std::int64_t n) = 0;
+  // accumulate(), telling `listener` about each bucket of gradient_buckets() as soon as it is
+  // final. Meant for a step's LAST accumulate (earlier micro-batches' sums are not final). For
+  // n == 0 nothing is reported. The default runs accumulate(), copies the whole buffer to
+  // listener.host_copy() (when not null) and reports every bucket: correct, with no overlap.
+  virtual BatchResult accumulate_overlapped(const float* features, const std::int32_t* labels, std::int64_t n,
+                                            GradientListener& listener);
+  // The buckets in the order a backward pass finishes them: disjoint, together the whole
+  // buffer (count slot included). Default: one bucket, the whole buffer. The MLP: one per
+  // layer, last layer first, the count slot with it.
+  [[nodiscard]] virtual std::vector<GradientBucket> gradient_buckets() const;
   // Forward only; touches no gradient.
   virtual BatchResult evaluate(const float* features, const std::int32_t* labels, std::int64_t n) = 0;
   [[nodiscard]] virtual float* gradient_buffer() = 0;
@@ -104,8 +139,9 @@ inline constexpr std::size_t kDefaultHostMemoryBudget = std::size_t{1} << 30;
 // Accumulates n samples in micro_steps(n, cap) consecutive micro-batches of at most `cap`
 // samples; the sums in the gradient buffer equal one accumulate() of all n up to float
 // summation order. Results are added up (device_seconds too).
+// With a listener, the last micro-batch runs accumulate_overlapped(..., *listener).
 BatchResult accumulate_micro_batches(Model& model, const float* features, const std::int32_t* labels, std::int64_t n,
-                                     std::int64_t cap);
+                                     std::int64_t cap, GradientListener* listener = nullptr);
 
 // A host copy of the whole gradient buffer (sums + count slot), wherever it lives. Synchronises.
 [[nodiscard]] std::vector<float> gradient_snapshot(Model& model);

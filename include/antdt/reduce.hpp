@@ -13,8 +13,20 @@
 
 #include "antdt/comm.hpp"
 #include "antdt/device.hpp"
+#include "antdt/model.hpp"
 
 namespace antdt {
+
+// A reduction that starts while the gradients are still being computed: each bucket's
+// all-reduce begins as soon as the backward pass reports it (Model::accumulate_overlapped,
+// with this as the listener) and progresses while the remaining layers compute, as in DDP and
+// Horovod. finish() starts the buckets not yet started (all of them on a rank with no
+// samples), waits, and leaves the global sums in the buffer, as allreduce_sum would.
+// Collective: every rank begins and finishes one per step, with the same buckets.
+class OverlappedReduction : public GradientListener {
+ public:
+  virtual void finish() = 0;
+};
 
 // Sums a float buffer across all ranks of the communicator, in place. Collective; every rank
 // passes the same count. A device buffer is reduced after all work already queued on the
@@ -29,6 +41,15 @@ class GradientReducer {
   // legacy default stream, or MPI staged through a host copy made by a synchronous
   // cudaMemcpy). Returns when the result is in `buffer`.
   virtual void allreduce_sum(float* buffer, std::int64_t count) = 0;
+  // An overlapped reduction of `buffer` (as for allreduce_sum) in `buckets` (from
+  // Model::gradient_buckets(): disjoint, covering [0, count), else UsageError). nullptr when
+  // this backend does not overlap (NCCL in this version): use allreduce_sum. The reducer
+  // must outlive it; one at a time.
+  [[nodiscard]] virtual std::unique_ptr<OverlappedReduction> begin_overlapped(float* buffer, std::int64_t count,
+                                                                              std::vector<GradientBucket> buckets) {
+    (void)buffer, (void)count, (void)buckets;
+    return nullptr;
+  }
 };
 
 // One entry of the ordered backend list make_reducer walks: the first enabled one wins.

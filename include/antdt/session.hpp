@@ -40,6 +40,7 @@
 namespace antdt {
 
 class GradientReducer;
+class OverlappedReduction;
 class CheckpointWriter;
 class CheckpointReader;
 
@@ -133,6 +134,10 @@ class Session {
   // the sample count, so after the call it holds B and the caller divides (antdt::Model's
   // apply_update does). One reduction carries gradients and count together.
   void reduce_sums(float* buffer, std::int64_t count, GradientReducer& reducer);
+  // Collective: the same for a reduction begun during the compute
+  // (GradientReducer::begin_overlapped, fed by Model::accumulate_overlapped); finishes it. The
+  // step's reduce time is what is left to wait for here.
+  void reduce_sums(OverlappedReduction& reduction);
   // Collective convenience for host buffers without a count slot: sums `gradient_sums` over
   // ranks and divides by the global sample count, which it returns.
   std::int64_t reduce(std::span<float> gradient_sums, std::int64_t local_samples);

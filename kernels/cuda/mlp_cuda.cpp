@@ -61,11 +61,19 @@ class CudaMlp final : public Model {
   }
 
   BatchResult accumulate(const float* features, const std::int32_t* labels, std::int64_t n) override {
-    return run(features, labels, n, true);
+    return run(features, labels, n, true, nullptr);
+  }
+  // Each layer's bucket is copied to the listener's host memory on the model's stream right
+  // behind its gradient kernels, then marked by an event; the host polls the events in order
+  // and reports each bucket while the earlier layers' backward still runs on the device.
+  BatchResult accumulate_overlapped(const float* features, const std::int32_t* labels, std::int64_t n,
+                                    GradientListener& listener) override {
+    return run(features, labels, n, true, &listener);
   }
   BatchResult evaluate(const float* features, const std::int32_t* labels, std::int64_t n) override {
-    return run(features, labels, n, false);
+    return run(features, labels, n, false, nullptr);
   }
+  [[nodiscard]] std::vector<GradientBucket> gradient_buckets() const override { return buckets_; }
 
   [[nodiscard]] float* gradient_buffer() override { return gradients_.data(); }
   [[nodiscard]] std::int64_t gradient_count() const override { return layout_.parameter_count + 1; }
@@ -168,7 +176,8 @@ class CudaMlp final : public Model {
     capacity_ = n;
   }
 
-  BatchResult run(const float* features, const std::int32_t* labels, std::int64_t n, bool want_gradient) {
+  BatchResult run(const float* features, const std::int32_t* labels, std::int64_t n, bool want_gradient,
+                  GradientListener* listener) {
     if (n <= 0) return {};
     check_labels(labels, n, layout_.num_classes());
     cuda::DeviceGuard guard(device_id_);
@@ -200,6 +209,9 @@ class CudaMlp final : public Model {
     ANTDT_CHECK_CUDA(cuda::softmax_cross_entropy(s, activations_[last].data(), labels_.data(), n, layout_.num_classes(),
                                                  want_gradient, totals_.data()));
     if (want_gradient) {
+      // The count slot first: it belongs to the first bucket (the last layer's).
+      ANTDT_CHECK_CUDA(cuda::add_to_scalar(s, gradients_.data() + layout_.parameter_count, static_cast<float>(n)));
+      float* copy = listener != nullptr ? listener->host_copy() : nullptr;
       const float* delta = activations_[last].data();
       for (std::size_t l = layout_.layers.size(); l-- > 0;) {
         const LayerShape& sh = layout_.layers[l];
@@ -209,6 +221,16 @@ class CudaMlp final : public Model {
                                        gradients_.data() + sh.weight_offset, in));
         ANTDT_CHECK_CUBLAS(cublasSgemv(h, CUBLAS_OP_N, out, rows, &one, delta, out, ones_.data(), 1, &one,
                                        gradients_.data() + sh.bias_offset, 1));
+        if (listener != nullptr) {  // this layer's bucket is final once the stream gets here
+          const std::size_t b = last - l;
+          const GradientBucket& bucket = buckets_[b];
+          if (copy != nullptr) {
+            ANTDT_CHECK_CUDA(cudaMemcpyAsync(copy + bucket.offset, gradients_.data() + bucket.offset,
+                                             static_cast<std::size_t>(bucket.count) * sizeof(float),
+                                             cudaMemcpyDeviceToHost, s));
+          }
+          bucket_ready_[b].record(s);
+        }
         if (l > 0) {
           float* next = delta == delta_a_.data() ? delta_b_.data() : delta_a_.data();
           ANTDT_CHECK_CUBLAS(cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, in, rows, out, &one,
@@ -217,13 +239,20 @@ class CudaMlp final : public Model {
           delta = next;
         }
       }
-      ANTDT_CHECK_CUDA(cuda::add_to_scalar(s, gradients_.data() + layout_.parameter_count, static_cast<float>(n)));
     }
     stop_.record(s);
     // One copy of the loss and hit count into page-locked memory, then the one wait this call
     // needs (its results are on the host when it returns).
     cuda::math::BatchTotals* totals = readback_.data();
     ANTDT_CHECK_CUDA(cudaMemcpyAsync(totals, totals_.data(), sizeof *totals, cudaMemcpyDeviceToHost, s));
+    if (listener != nullptr) {
+      for (std::size_t b = 0; b < buckets_.size(); ++b) {
+        cudaError_t status = cudaSuccess;
+        while ((status = cudaEventQuery(bucket_ready_[b].get())) == cudaErrorNotReady) listener->poll();
+        ANTDT_CHECK_CUDA(status);
+        listener->ready(b);
+      }
+    }
     stream_.synchronize();
     BatchResult r;
     r.loss_sum = totals->loss_sum;
@@ -240,6 +269,8 @@ class CudaMlp final : public Model {
   cuda::Stream stream_;
   cuda::CublasHandle cublas_;
   cuda::Event start_, stop_;
+  std::vector<GradientBucket> buckets_ = layer_buckets(layout_);
+  std::vector<cuda::Event> bucket_ready_ = std::vector<cuda::Event>(buckets_.size());  // one per bucket
   cuda::DeviceBuffer<float> parameters_, gradients_, state_;
   cuda::DeviceBuffer<cuda::math::BatchTotals> totals_;
   // Where the totals land: page-locked (one DMA, no driver staging) unless pinning is refused.

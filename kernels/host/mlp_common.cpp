@@ -69,14 +69,17 @@ std::int64_t micro_batch_cap(const Model& model, const DeviceInfo& device, doubl
 }
 
 BatchResult accumulate_micro_batches(Model& model, const float* features, const std::int32_t* labels, std::int64_t n,
-                                     std::int64_t cap) {
+                                     std::int64_t cap, GradientListener* listener) {
   const std::int64_t steps = micro_steps(n, cap);
   BatchResult total;
   const auto dim = model.input_dim();
   for (std::int64_t s = 0; s < steps; ++s) {
     const std::int64_t first = s * cap;
     const std::int64_t count = std::min(cap, n - first);
-    const BatchResult r = model.accumulate(features + first * dim, labels + first, count);
+    const bool last = s + 1 == steps;
+    const BatchResult r = last && listener != nullptr
+                              ? model.accumulate_overlapped(features + first * dim, labels + first, count, *listener)
+                              : model.accumulate(features + first * dim, labels + first, count);
     total.loss_sum += r.loss_sum;
     total.correct += r.correct;
     total.samples += r.samples;
@@ -84,6 +87,21 @@ BatchResult accumulate_micro_batches(Model& model, const float* features, const 
   }
   return total;
 }
+
+BatchResult Model::accumulate_overlapped(const float* features, const std::int32_t* labels, std::int64_t n,
+                                         GradientListener& listener) {
+  const BatchResult r = accumulate(features, labels, n);
+  if (n <= 0) return r;
+  if (float* copy = listener.host_copy(); copy != nullptr) {
+    const std::vector<float> all = gradient_snapshot(*this);
+    std::copy(all.begin(), all.end(), copy);
+  }
+  const std::size_t buckets = gradient_buckets().size();
+  for (std::size_t b = 0; b < buckets; ++b) listener.ready(b);
+  return r;
+}
+
+std::vector<GradientBucket> Model::gradient_buckets() const { return {GradientBucket{0, gradient_count()}}; }
 
 std::vector<float> gradient_snapshot(Model& model) {
   const auto count = static_cast<std::size_t>(model.gradient_count());
@@ -98,6 +116,16 @@ std::vector<float> gradient_snapshot(Model& model) {
 }
 
 namespace detail {
+
+std::vector<GradientBucket> layer_buckets(const MlpLayout& layout) {
+  std::vector<GradientBucket> out;
+  for (std::size_t l = layout.layers.size(); l-- > 0;) {
+    const LayerShape& s = layout.layers[l];
+    const bool last = l + 1 == layout.layers.size();  // ends at parameter_count: the count slot follows
+    out.push_back({s.weight_offset, s.bias_offset + s.out - s.weight_offset + (last ? 1 : 0)});
+  }
+  return out;
+}
 
 MlpLayout make_layout(const MlpConfig& config) {
   if (config.layers.size() < 2) {

@@ -240,10 +240,12 @@ BatchResult HostMlp::evaluate(const float* features, const std::int32_t* labels,
   return r;
 }
 
-BatchResult HostMlp::accumulate(const float* features, const std::int32_t* labels, std::int64_t n) {
+BatchResult HostMlp::backward(const float* features, const std::int32_t* labels, std::int64_t n,
+                              GradientListener* listener) {
   const auto t0 = std::chrono::steady_clock::now();
   if (n <= 0) return {};
   BatchResult r = forward(features, labels, n, true);
+  gradients_.back() += static_cast<float>(n);  // the count slot, reported with the last layer
   const int rows = blas_int(n);
   // delta starts as the last layer's dZ (in its activation buffer), then ping-pongs. Each
   // layer's bias gradient is summed by the pass that produced its dZ.
@@ -258,6 +260,10 @@ BatchResult HostMlp::accumulate(const float* features, const std::int32_t* label
     const int in = blas_int(s.in), out = blas_int(s.out);
     float* dw = gradients_.data() + s.weight_offset;
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, rows, 1.0f, delta, out, input, in, 1.0f, dw, in);
+    if (listener != nullptr) {                         // W_l is final now, b_l was summed with dZ_l
+      listener->ready(layout_.layers.size() - 1 - l);  // bucket order: last layer first
+      listener->poll();
+    }
     if (l > 0) {
       float* next = delta == delta_a_.data() ? delta_b_.data() : delta_a_.data();
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, in, out, 1.0f, delta, out,
@@ -265,9 +271,7 @@ BatchResult HostMlp::accumulate(const float* features, const std::int32_t* label
       mask_and_sum_columns(next, input, gradients_.data() + layout_.layers[l - 1].bias_offset, n, s.in);
       delta = next;
     }
-    if (layer_done_) layer_done_(s.weight_offset, s.bias_offset + s.out - s.weight_offset);
   }
-  gradients_.back() += static_cast<float>(n);
   r.device_seconds = seconds_since(t0);
   return r;
 }

@@ -1,11 +1,10 @@
 // The host MLP backend: GEMMs through cblas_sgemm (OpenBLAS), element-wise work
 // (bias+ReLU, softmax cross-entropy, ReLU mask with the bias gradient, optimizer) through Kokkos on
 // DefaultHostExecutionSpace, or plain loops when Kokkos is not built or not initialised.
-// Private to libantdt; exposed here for the reduction benchmark's overlap hook.
+// Private to libantdt.
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <span>
 #include <vector>
 
@@ -23,7 +22,16 @@ class HostMlp final : public Model {
   [[nodiscard]] std::int64_t input_dim() const override { return layout_.input_dim(); }
   [[nodiscard]] std::int64_t num_classes() const override { return layout_.num_classes(); }
   void zero_gradients() override;
-  BatchResult accumulate(const float* features, const std::int32_t* labels, std::int64_t n) override;
+  BatchResult accumulate(const float* features, const std::int32_t* labels, std::int64_t n) override {
+    return backward(features, labels, n, nullptr);
+  }
+  // Reports each layer as soon as its gradient sums are final, then polls the listener
+  // before the next layer's GEMMs.
+  BatchResult accumulate_overlapped(const float* features, const std::int32_t* labels, std::int64_t n,
+                                    GradientListener& listener) override {
+    return backward(features, labels, n, &listener);
+  }
+  [[nodiscard]] std::vector<GradientBucket> gradient_buckets() const override { return layer_buckets(layout_); }
   BatchResult evaluate(const float* features, const std::int32_t* labels, std::int64_t n) override;
   [[nodiscard]] float* gradient_buffer() override { return gradients_.data(); }
   [[nodiscard]] std::int64_t gradient_count() const override { return layout_.parameter_count + 1; }
@@ -38,16 +46,12 @@ class HostMlp final : public Model {
   [[nodiscard]] std::int64_t bytes_per_sample() const override;
   [[nodiscard]] std::int64_t fixed_bytes() const override;
 
-  // Called during accumulate() as soon as layer l's gradient sums are final, last layer
-  // first, with the [offset, offset+count) range of the gradient buffer it covers. Used to
-  // start a bucket's reduction while earlier layers are still in backward.
-  using LayerDoneHook = std::function<void(std::int64_t offset, std::int64_t count)>;
-  void set_layer_done_hook(LayerDoneHook hook) { layer_done_ = std::move(hook); }
-
  private:
   // Runs the forward pass for n samples; returns loss/correct and leaves dLoss/dlogits in
   // the last activation buffer when want_gradient.
   BatchResult forward(const float* features, const std::int32_t* labels, std::int64_t n, bool want_gradient);
+  // Forward and backward, adding to the gradient sums; reports layers to `listener` if given.
+  BatchResult backward(const float* features, const std::int32_t* labels, std::int64_t n, GradientListener* listener);
   void reserve(std::int64_t n);
 
   MlpConfig config_;
@@ -60,7 +64,6 @@ class HostMlp final : public Model {
   std::vector<std::vector<float>> activations_;  // per layer output [n][out]
   std::vector<float> delta_a_, delta_b_;         // backward ping-pong, [n][max_width]
   std::vector<std::int32_t> row_correct_;        // [capacity]
-  LayerDoneHook layer_done_;
 };
 
 }  // namespace antdt::detail

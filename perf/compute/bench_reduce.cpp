@@ -19,7 +19,6 @@
 #include "antdt/model.hpp"
 #include "antdt/reduce.hpp"
 #include "antdt/runtime.hpp"
-#include "host/mlp_host.hpp"
 
 namespace {
 
@@ -76,12 +75,12 @@ int main(int argc, char** argv) {
   }
   if (root) std::printf("ratio = bare time / reducer time (1.00 = no overhead); GB/s = buffer bytes / time\n");
 
-  // [2] Overlap. One micro-batch per step; per layer the gradient range is final as soon as
-  // backward has passed it (HostMlp's layer hook), so its MPI_Iallreduce can start then.
+  // [2] Overlap. One micro-batch per step; the library's overlapped reduction
+  // (GradientReducer::begin_overlapped) starts each layer's MPI_Iallreduce as soon as the
+  // model's backward reports the layer (Model::accumulate_overlapped).
   antdt::MlpConfig cfg;
   cfg.layers = {512, 1024, 1024, 1024, 10};
   auto model = antdt::make_mlp(cfg, host);
-  auto* host_model = dynamic_cast<antdt::detail::HostMlp*>(model.get());
   const std::int64_t n = 128;
   std::vector<float> x(static_cast<std::size_t>(n * cfg.layers.front()));
   std::vector<std::int32_t> y(static_cast<std::size_t>(n));
@@ -95,15 +94,6 @@ int main(int argc, char** argv) {
   // other processes on a shared machine hits all variants alike.
   const int rounds = 5;
   std::vector<double> t_compute_r, t_reduce_r, t_fused_r, t_overlap_r;
-  std::vector<MPI_Request> requests;
-  float* grads = model->gradient_buffer();
-  auto overlap_hook = [&](std::int64_t offset, std::int64_t count) {
-    requests.emplace_back();
-    MPI_Iallreduce(MPI_IN_PLACE, grads + offset, static_cast<int>(count), MPI_FLOAT, MPI_SUM, comm.get(),
-                   &requests.back());
-    int done = 0;  // poke the progress engine: Open MPI progresses only inside MPI calls
-    MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done, MPI_STATUSES_IGNORE);
-  };
   std::vector<float> fused_result, overlap_result;
   for (int round = 0; round < rounds; ++round) {
     t_compute_r.push_back(timed(comm, iterations, [&] {
@@ -117,16 +107,12 @@ int main(int argc, char** argv) {
       reducer->allreduce_sum(model->gradient_buffer(), gcount);
     }));
     fused_result = antdt::gradient_snapshot(*model);
-    host_model->set_layer_done_hook(overlap_hook);
     t_overlap_r.push_back(timed(comm, iterations, [&] {
-      requests.clear();
       model->zero_gradients();
-      (void)model->accumulate(x.data(), y.data(), n);
-      requests.emplace_back();
-      MPI_Iallreduce(MPI_IN_PLACE, grads + gcount - 1, 1, MPI_FLOAT, MPI_SUM, comm.get(), &requests.back());
-      MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE);
+      auto overlap = reducer->begin_overlapped(model->gradient_buffer(), gcount, model->gradient_buckets());
+      (void)model->accumulate_overlapped(x.data(), y.data(), n, *overlap);
+      overlap->finish();
     }));
-    host_model->set_layer_done_hook({});
     overlap_result = antdt::gradient_snapshot(*model);
   }
   auto median = [](std::vector<double> v) {

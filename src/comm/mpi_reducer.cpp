@@ -3,6 +3,17 @@
 // Host buffers are reduced in place with MPI_Allreduce(MPI_IN_PLACE, MPI_SUM). Device buffers
 // (a CUDA model whose ranks cannot use NCCL) are staged through a page-locked host copy,
 // because Open MPI here is not CUDA-aware. Counts above INT_MAX go in INT_MAX-sized pieces (MPI counts are int).
+//
+// Overlapped (begin_overlapped), one all-reduce per bucket as the model reports it:
+//  - CUDA models on every rank: the model has queued its whole backward pass and copies each
+//    finished bucket into the page-locked staging buffer, so the host thread is idle while the
+//    device computes. A blocking MPI_Allreduce of the bucket there keeps Open MPI's tuned
+//    algorithm, and the device keeps computing the remaining layers meanwhile.
+//  - Host models: the host thread computes the remaining layers, so each bucket goes by
+//    MPI_Iallreduce, progressed by MPI_Testall from the model's poll() calls (Open MPI 4.1 has
+//    no progress thread: a non-blocking collective advances only inside MPI calls).
+// Blocking and non-blocking collectives do not match each other, so the choice is made once,
+// collectively: blocking only when every rank's buffers are on a device.
 #include <algorithm>
 #include <climits>
 #include <cstddef>
@@ -28,11 +39,121 @@ void allreduce_host(MPI_Comm comm, float* buffer, std::int64_t count) {
   }
 }
 
+// The MPI_Iallreduce pieces of range [offset, offset + count) of `base`, appended to `requests`.
+void start_allreduce(MPI_Comm comm, float* base, std::int64_t offset, std::int64_t count,
+                     std::vector<MPI_Request>& requests) {
+  for (std::int64_t first = offset; first < offset + count; first += INT_MAX) {
+    const int piece = static_cast<int>(std::min<std::int64_t>(INT_MAX, offset + count - first));
+    requests.push_back(MPI_REQUEST_NULL);
+    ANTDT_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, base + first, piece, MPI_FLOAT, MPI_SUM, comm, &requests.back()));
+  }
+}
+
+void check_buckets(const std::vector<GradientBucket>& buckets, std::int64_t count) {
+  std::vector<GradientBucket> sorted = buckets;
+  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.offset < b.offset; });
+  std::int64_t next = 0;
+  for (const GradientBucket& b : sorted) {
+    if (b.offset != next || b.count < 1) {
+      throw UsageError("begin_overlapped: the buckets must be non-empty, disjoint and cover [0, " +
+                       std::to_string(count) + ") of the buffer; the range from " + std::to_string(next) +
+                       " is not (pass Model::gradient_buckets())");
+    }
+    next = b.offset + b.count;
+  }
+  if (next != count) {
+    throw UsageError("begin_overlapped: the buckets cover [0, " + std::to_string(next) + ") of a buffer of " +
+                     std::to_string(count) + " floats (pass Model::gradient_buckets())");
+  }
+}
+
+// One step's overlapped reduction: the buffer itself on the host, the staging copy for a
+// device buffer.
+class MpiOverlap final : public OverlappedReduction {
+ public:
+  MpiOverlap(MPI_Comm comm, float* buffer, std::int64_t count, std::vector<GradientBucket> buckets, float* staging,
+             bool blocking)
+      : comm_(comm),
+        buffer_(buffer),
+        count_(count),
+        buckets_(std::move(buckets)),
+        staging_(staging),
+        blocking_(blocking) {}
+  MpiOverlap(const MpiOverlap&) = delete;
+  MpiOverlap& operator=(const MpiOverlap&) = delete;
+  ~MpiOverlap() override {
+    if (!finished_ && !requests_.empty()) {
+      ANTDT_LOG(error) << "an overlapped gradient reduction was abandoned with " << requests_.size()
+                       << " all-reduces in flight; the job cannot continue consistently";
+    }
+  }
+
+  [[nodiscard]] float* host_copy() override { return staging_; }
+
+  void ready(std::size_t index) override {
+    if (finished_ || index != started_ || index >= buckets_.size()) {
+      throw UsageError("overlapped reduction: bucket " + std::to_string(index) + " reported where bucket " +
+                       std::to_string(started_) + " of " + std::to_string(buckets_.size()) +
+                       " was due; report each bucket once, in order, from the step's last accumulate only");
+    }
+    start(index);
+  }
+
+  void poll() override {
+    if (requests_.empty()) return;
+    int done = 0;
+    ANTDT_CHECK_MPI(MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &done, MPI_STATUSES_IGNORE));
+  }
+
+  void finish() override {
+    if (finished_) throw UsageError("overlapped reduction finished twice");
+    while (started_ < buckets_.size()) {
+      const GradientBucket& b = buckets_[started_];
+      if (staging_ != nullptr) {  // not reported by the model: fetch it (after its queued work)
+        detail::copy_device_to_host(staging_ + b.offset, buffer_ + b.offset,
+                                    static_cast<std::size_t>(b.count) * sizeof(float));
+      }
+      start(started_);
+    }
+    ANTDT_CHECK_MPI(MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE));
+    finished_ = true;
+    if (staging_ != nullptr) {
+      detail::copy_host_to_device(buffer_, staging_, static_cast<std::size_t>(count_) * sizeof(float));
+    }
+  }
+
+ private:
+  void start(std::size_t index) {
+    const GradientBucket& b = buckets_[index];
+    float* base = staging_ != nullptr ? staging_ : buffer_;
+    if (blocking_) {
+      allreduce_host(comm_, base + b.offset, b.count);
+    } else {
+      start_allreduce(comm_, base, b.offset, b.count, requests_);
+    }
+    ++started_;
+  }
+
+  MPI_Comm comm_;
+  float* buffer_;
+  std::int64_t count_;
+  std::vector<GradientBucket> buckets_;
+  float* staging_;  // nullptr for a host buffer
+  bool blocking_;   // MPI_Allreduce per bucket (every rank's buffers on a device), else MPI_Iallreduce
+  std::vector<MPI_Request> requests_;
+  std::size_t started_ = 0;
+  bool finished_ = false;
+};
+
 class MpiReducer final : public GradientReducer {
  public:
   // Device buffers are staged through page-locked memory, so both copies go by DMA.
+  // Collective over comm.
   MpiReducer(const Communicator& comm, bool device_buffers)
-      : comm_(comm.get()), device_buffers_(device_buffers), staging_(PinnedAllocator<float>(device_buffers)) {}
+      : comm_(comm.get()), device_buffers_(device_buffers), staging_(PinnedAllocator<float>(device_buffers)) {
+    int mine = device_buffers ? 1 : 0;
+    ANTDT_CHECK_MPI(MPI_Allreduce(&mine, &all_device_buffers_, 1, MPI_INT, MPI_MIN, comm_));
+  }
 
   [[nodiscard]] std::string_view name() const override { return "mpi"; }
 
@@ -49,9 +170,19 @@ class MpiReducer final : public GradientReducer {
     detail::copy_host_to_device(buffer, staging_.data(), bytes);
   }
 
+  [[nodiscard]] std::unique_ptr<OverlappedReduction> begin_overlapped(float* buffer, std::int64_t count,
+                                                                      std::vector<GradientBucket> buckets) override {
+    if (count < 0) throw UsageError("begin_overlapped: negative count");
+    check_buckets(buckets, count);
+    if (device_buffers_) staging_.resize(static_cast<std::size_t>(count));
+    return std::make_unique<MpiOverlap>(comm_, buffer, count, std::move(buckets),
+                                        device_buffers_ ? staging_.data() : nullptr, all_device_buffers_ == 1);
+  }
+
  private:
   MPI_Comm comm_;  // not owned
   bool device_buffers_;
+  int all_device_buffers_ = 0;  // 1 when every rank's are: overlapped buckets then go by blocking MPI_Allreduce
   HostVector<float> staging_;
 };
 

@@ -388,6 +388,14 @@ void Session::reduce_sums(float* buffer, std::int64_t count, GradientReducer& re
   s.reduce_s += seconds_between(t0, Clock::now());
 }
 
+void Session::reduce_sums(OverlappedReduction& reduction) {
+  auto& s = *impl_;
+  mark_compute_done();
+  const auto t0 = Clock::now();
+  reduction.finish();
+  s.reduce_s += seconds_between(t0, Clock::now());
+}
+
 std::int64_t Session::reduce(std::span<float> gradient_sums, std::int64_t local_samples) {
   auto& s = *impl_;
   mark_compute_done();

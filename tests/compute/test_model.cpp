@@ -187,6 +187,74 @@ TEST_P(ModelTest, MicroBatchAccumulationEqualsOneBatch) {
   EXPECT_LT(relative_error(gb, ga), 1e-5);
 }
 
+// What a model tells a GradientListener: each bucket once, in order, and at that moment the
+// bucket already holds its final sums (in the host copy for a device model).
+class RecordingListener final : public GradientListener {
+ public:
+  RecordingListener(Model& model, std::vector<GradientBucket> buckets)
+      : model_(model), buckets_(std::move(buckets)), copy_(static_cast<std::size_t>(model.gradient_count()), -1.0f) {}
+  float* host_copy() override { return model_.backend() == Backend::cuda ? copy_.data() : nullptr; }
+  void ready(std::size_t index) override {
+    order.push_back(index);
+    ASSERT_LT(index, buckets_.size());
+    const GradientBucket& b = buckets_[index];
+    const float* from = model_.backend() == Backend::cuda ? copy_.data() : model_.gradient_buffer();
+    seen.emplace_back(from + b.offset, from + b.offset + b.count);
+  }
+  void poll() override { ++polls; }
+
+  std::vector<std::size_t> order;
+  std::vector<std::vector<float>> seen;  // bucket values at ready(), by report
+  int polls = 0;
+
+ private:
+  Model& model_;
+  std::vector<GradientBucket> buckets_;
+  std::vector<float> copy_;
+};
+
+TEST_P(ModelTest, OverlappedAccumulateReportsEachFinishedBucketInOrder) {
+  MlpConfig cfg;
+  cfg.layers = {6, 24, 16, 4};
+  auto plain = make(cfg);
+  auto streamed = make(cfg);
+  const std::vector<GradientBucket> buckets = streamed->gradient_buckets();
+  // One bucket per layer, last layer first; together they tile the buffer, and the first
+  // holds the count slot.
+  ASSERT_EQ(buckets.size(), 3u);
+  EXPECT_EQ(buckets[0].offset + buckets[0].count, streamed->gradient_count());
+  EXPECT_EQ(buckets[1].offset + buckets[1].count, buckets[0].offset);
+  EXPECT_EQ(buckets[2].offset + buckets[2].count, buckets[1].offset);
+  EXPECT_EQ(buckets[2].offset, 0);
+  EXPECT_EQ(buckets[0].count, 16 * 4 + 4 + 1);
+
+  const Samples data = gaussian_clusters(20, 6, 4, 2.0, 9);
+  plain->zero_gradients();
+  streamed->zero_gradients();
+  // An earlier micro-batch, then the step's last one streamed: reported sums include both.
+  (void)plain->accumulate(data.x(0), data.y(0), 7);
+  (void)streamed->accumulate(data.x(0), data.y(0), 7);
+  const BatchResult a = plain->accumulate(data.x(7), data.y(7), 13);
+  RecordingListener listener(*streamed, buckets);
+  const BatchResult b = streamed->accumulate_overlapped(data.x(7), data.y(7), 13, listener);
+  EXPECT_EQ(a.correct, b.correct);
+  EXPECT_EQ(a.loss_sum, b.loss_sum);
+  EXPECT_EQ(listener.order, (std::vector<std::size_t>{0, 1, 2}));
+  const std::vector<float> final_sums = gradient_snapshot(*streamed);
+  EXPECT_EQ(final_sums, gradient_snapshot(*plain)) << "streaming changes no number";
+  EXPECT_EQ(final_sums.back(), 20.0f);
+  ASSERT_EQ(listener.seen.size(), buckets.size());
+  for (std::size_t i = 0; i < buckets.size(); ++i) {
+    const auto first = final_sums.begin() + buckets[i].offset;
+    EXPECT_EQ(listener.seen[i], std::vector<float>(first, first + buckets[i].count))
+        << "bucket " << i << " was reported before its sums were final";
+  }
+  // No samples: nothing is final, nothing is reported.
+  RecordingListener idle(*streamed, buckets);
+  (void)streamed->accumulate_overlapped(data.x(0), data.y(0), 0, idle);
+  EXPECT_TRUE(idle.order.empty());
+}
+
 TEST_P(ModelTest, StateRoundTripsAndSizesAreChecked) {
   MlpConfig cfg;
   cfg.layers = {3, 5, 2};

@@ -12,6 +12,7 @@
 
 #include "antdt/comm.hpp"
 #include "antdt/config.hpp"
+#include "antdt/error.hpp"
 #include "antdt/model.hpp"
 #include "antdt/reduce.hpp"
 #include "compute_test_support.hpp"
@@ -87,35 +88,90 @@ TEST_P(ReduceTest, AnySplitMatchesOneRankOnTheSameSamples) {
     }
     for (const auto& [split_name, split] : splits(kBatch, comm_.size())) {
       for (const std::int64_t cap : {kBatch, std::int64_t{4}}) {
-        SCOPED_TRACE("optimizer " + std::string(kind == OptimizerKind::sgd ? "sgd" : "adam") + ", split " + split_name +
-                     ", micro-batch cap " + std::to_string(cap));
-        ASSERT_EQ(std::accumulate(split.begin(), split.end(), std::int64_t{0}), kBatch);
-        auto model = make(cfg);
-        const auto rank = static_cast<std::size_t>(comm_.rank());
-        const std::int64_t mine = split[rank];
-        const std::int64_t offset = std::accumulate(split.begin(), split.begin() + comm_.rank(), std::int64_t{0});
-        for (int step = 0; step < kSteps; ++step) {
-          model->zero_gradients();
-          const std::int64_t first = step * kBatch + offset;
-          const BatchResult r = accumulate_micro_batches(*model, data.x(first), data.y(first), mine, cap);
-          EXPECT_EQ(r.samples, mine);
-          // No Model::synchronize(): the reducer orders itself after the model's queued work
-          // (include/antdt/reduce.hpp). On the rank0-zero split, rank 0's only work is the
-          // asynchronous zeroing of its buffer.
-          reducer->allreduce_sum(model->gradient_buffer(), model->gradient_count());
-          const std::vector<float> g = gradient_snapshot(*model);
-          EXPECT_EQ(g.back(), static_cast<float>(kBatch)) << "the reduced count is the global batch";
-          EXPECT_LT(relative_error(g, reference_grads[static_cast<std::size_t>(step)]), 1e-5) << "step " << step;
-          model->apply_update();
+        for (const bool overlap : {false, true}) {
+          SCOPED_TRACE("optimizer " + std::string(kind == OptimizerKind::sgd ? "sgd" : "adam") + ", split " +
+                       split_name + ", micro-batch cap " + std::to_string(cap) +
+                       (overlap ? ", overlapped" : ", fused"));
+          ASSERT_EQ(std::accumulate(split.begin(), split.end(), std::int64_t{0}), kBatch);
+          auto model = make(cfg);
+          const auto rank = static_cast<std::size_t>(comm_.rank());
+          const std::int64_t mine = split[rank];
+          const std::int64_t offset = std::accumulate(split.begin(), split.begin() + comm_.rank(), std::int64_t{0});
+          for (int step = 0; step < kSteps; ++step) {
+            model->zero_gradients();
+            const std::int64_t first = step * kBatch + offset;
+            // Overlapped: each layer's all-reduce starts as the last micro-batch's backward
+            // finishes it; a rank with no samples starts them all in finish().
+            std::unique_ptr<OverlappedReduction> pending;
+            if (overlap) {
+              pending = reducer->begin_overlapped(model->gradient_buffer(), model->gradient_count(),
+                                                  model->gradient_buckets());
+              if (!pending) {
+                EXPECT_EQ(reducer->name(), "nccl") << "only NCCL does not overlap";
+              }
+            }
+            const BatchResult r =
+                accumulate_micro_batches(*model, data.x(first), data.y(first), mine, cap, pending.get());
+            EXPECT_EQ(r.samples, mine);
+            // No Model::synchronize(): the reducer orders itself after the model's queued work
+            // (include/antdt/reduce.hpp). On the rank0-zero split, rank 0's only work is the
+            // asynchronous zeroing of its buffer.
+            if (pending) {
+              pending->finish();
+            } else {
+              reducer->allreduce_sum(model->gradient_buffer(), model->gradient_count());
+            }
+            const std::vector<float> g = gradient_snapshot(*model);
+            EXPECT_EQ(g.back(), static_cast<float>(kBatch)) << "the reduced count is the global batch";
+            EXPECT_LT(relative_error(g, reference_grads[static_cast<std::size_t>(step)]), 1e-5) << "step " << step;
+            model->apply_update();
+          }
+          const std::vector<float> expected = reference->parameters();
+          const std::vector<float> got = model->parameters();
+          EXPECT_LT(relative_error(got, expected), 1e-5);
+          EXPECT_LT(max_elementwise_error(got, expected), 1e-5);
+          EXPECT_EQ(model->optimizer_steps(), kSteps);
         }
-        const std::vector<float> expected = reference->parameters();
-        const std::vector<float> got = model->parameters();
-        EXPECT_LT(relative_error(got, expected), 1e-5);
-        EXPECT_LT(max_elementwise_error(got, expected), 1e-5);
-        EXPECT_EQ(model->optimizer_steps(), kSteps);
       }
     }
   }
+}
+
+// The overlapped reduction's contract: buckets must tile the buffer, be reported once and in
+// order, and a reduction is finished once. Every rank makes the same (refused) calls, so no
+// collective is left half-started.
+TEST_P(ReduceTest, OverlappedReductionRefusesMisuse) {
+  auto reducer = make_reducer(comm_, device_);
+  MlpConfig cfg;
+  cfg.layers = {6, 24, 16, 4};
+  auto model = make(cfg);
+  const std::vector<GradientBucket> buckets = model->gradient_buckets();
+  ASSERT_EQ(buckets.size(), 3u);
+  std::vector<GradientBucket> gap = buckets;
+  gap[1].count -= 1;
+  std::vector<GradientBucket> overlapping = buckets;
+  overlapping[2].count += 1;
+  for (const auto& bad : {gap, overlapping, std::vector<GradientBucket>{}}) {
+    try {
+      (void)reducer->begin_overlapped(model->gradient_buffer(), model->gradient_count(), bad);
+      if (reducer->name() == "mpi") ADD_FAILURE() << "buckets that do not tile the buffer were accepted";
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("cover"), std::string::npos) << e.what();
+    }
+  }
+  auto pending = reducer->begin_overlapped(model->gradient_buffer(), model->gradient_count(), buckets);
+  if (!pending) {  // NCCL does not overlap in this version: callers use allreduce_sum
+    EXPECT_EQ(reducer->name(), "nccl");
+    return;
+  }
+  EXPECT_THROW(pending->ready(1), UsageError) << "bucket 1 before bucket 0";
+  model->zero_gradients();
+  const Samples data = gaussian_clusters(8, 6, 4, 3.0, 5);
+  (void)model->accumulate_overlapped(data.x(0), data.y(0), 8, *pending);
+  EXPECT_THROW(pending->ready(0), UsageError) << "a bucket reported twice";
+  pending->finish();
+  EXPECT_THROW(pending->finish(), UsageError);
+  EXPECT_EQ(gradient_snapshot(*model).back(), static_cast<float>(8 * comm_.size()));
 }
 
 TEST_P(ReduceTest, PicksNcclOnlyWhereEveryRankCanUseIt) {

@@ -602,17 +602,24 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   return cudaSuccess;
 }
 
-// Recorded events are complete at once (their stream's work ran when it was queued).
-cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+namespace {
+// cudaEventSynchronize and cudaEventQuery: a recorded event is complete at once (its stream's
+// work ran when it was queued), and so are the copies queued on that stream.
+cudaError_t complete_event(cudaEvent_t event, const char* api) {
   State& s = state();
   std::lock_guard lock(s.mutex);
   if (s.events.count(event) == 0) {
-    reject(s, "cudaEventSynchronize", "not a live event");
+    reject(s, api, "not a live event");
     return cudaErrorInvalidResourceHandle;
   }
   if (event->recorded) complete_copies(s, event->stream);
   return cudaSuccess;
 }
+}  // namespace
+
+cudaError_t cudaEventSynchronize(cudaEvent_t event) { return complete_event(event, "cudaEventSynchronize"); }
+
+cudaError_t cudaEventQuery(cudaEvent_t event) { return complete_event(event, "cudaEventQuery"); }
 
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
   State& s = state();
