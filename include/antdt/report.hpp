@@ -23,6 +23,7 @@ struct RunSummary {
   bool pinned_batches = false;     // rank 0's batch buffers are page-locked (CUDA, --pin-memory)
   bool read_ahead = false;         // the next step's samples were read during this step (--read-ahead)
   double read_ahead_fraction = 0;  // of the rows trained on, those the read-ahead had ready (all ranks)
+  bool reduce_overlap = false;     // each layer's all-reduce started during backward (--reduce-overlap)
   std::string job_id;              // Slurm job id, "" outside Slurm
   bool emulated = false;
   std::string emulation;  // EmulationOptions::describe()
@@ -37,6 +38,7 @@ struct RunSummary {
   double efficiency = 0.0;              // throughput / ideal_throughput
   double idle_fraction = 0.0;           // mean over steps of 1 - mean(t_i)/max(t_i)
   double data_wait_fraction = 0.0;      // data wait / step time, mean over ranks and steps
+  double reduce_fraction = 0.0;         // reduction wait after compute / step time, the same way
   double predicted_step_seconds = 0.0;  // cost model, last plan
   double measured_step_seconds = 0.0;   // median wall step time
   std::int64_t plan_changes = 0;

@@ -94,7 +94,7 @@ void summarize_session(const Session& session, RunSummary& s) {
   s.rank_throughput = session.rank_throughput();
   s.ideal_throughput = std::accumulate(s.rank_throughput.begin(), s.rank_throughput.end(), 0.0);
   std::int64_t step_samples = 0;
-  double idle_sum = 0, data_frac_sum = 0;
+  double idle_sum = 0, data_frac_sum = 0, reduce_frac_sum = 0;
   std::vector<double> walls;
   for (const auto& r : records) {
     double max_t = 0, sum_t = 0;
@@ -102,7 +102,10 @@ void summarize_session(const Session& session, RunSummary& s) {
       step_samples += st.samples;
       max_t = std::max(max_t, st.compute_seconds);
       sum_t += st.compute_seconds;
-      if (r.wall_seconds > 0) data_frac_sum += st.data_wait_seconds / r.wall_seconds;
+      if (r.wall_seconds > 0) {
+        data_frac_sum += st.data_wait_seconds / r.wall_seconds;
+        reduce_frac_sum += st.reduce_seconds / r.wall_seconds;
+      }
     }
     if (max_t > 0) idle_sum += 1.0 - (sum_t / static_cast<double>(r.ranks.size())) / max_t;
     walls.push_back(r.wall_seconds);
@@ -110,6 +113,7 @@ void summarize_session(const Session& session, RunSummary& s) {
   if (!records.empty()) {
     s.idle_fraction = idle_sum / static_cast<double>(records.size());
     s.data_wait_fraction = data_frac_sum / static_cast<double>(records.size() * static_cast<std::size_t>(s.ranks));
+    s.reduce_fraction = reduce_frac_sum / static_cast<double>(records.size() * static_cast<std::size_t>(s.ranks));
     s.predicted_step_seconds = records.back().predicted_seconds;
   }
   s.measured_step_seconds = median(walls);
@@ -138,6 +142,7 @@ std::string summary_json(const RunSummary& s) {
   o << "  \"pinned_batches\": " << (s.pinned_batches ? "true" : "false") << ",\n";
   o << "  \"read_ahead\": " << (s.read_ahead ? "true" : "false") << ",\n";
   o << "  \"read_ahead_fraction\": " << json_number(s.read_ahead_fraction) << ",\n";
+  o << "  \"reduce_overlap\": " << (s.reduce_overlap ? "true" : "false") << ",\n";
   o << "  \"job_id\": " << json_string(s.job_id) << ",\n";
   o << "  \"emulated\": " << (s.emulated ? "true" : "false") << ",\n";
   o << "  \"emulation\": " << json_string(s.emulation) << ",\n";
@@ -152,6 +157,7 @@ std::string summary_json(const RunSummary& s) {
   o << "  \"efficiency\": " << json_number(s.efficiency) << ",\n";
   o << "  \"idle_fraction\": " << json_number(s.idle_fraction) << ",\n";
   o << "  \"data_wait_fraction\": " << json_number(s.data_wait_fraction) << ",\n";
+  o << "  \"reduce_fraction\": " << json_number(s.reduce_fraction) << ",\n";
   o << "  \"predicted_step_seconds\": " << json_number(s.predicted_step_seconds) << ",\n";
   o << "  \"measured_step_seconds\": " << json_number(s.measured_step_seconds) << ",\n";
   o << "  \"plan_changes\": " << s.plan_changes << ",\n";
@@ -196,7 +202,7 @@ std::string summary_text(const RunSummary& s) {
   o << "=== antdt run report" << (s.job_id.empty() ? "" : " (job " + s.job_id + ")") << " ===\n";
   o << "ranks " << s.ranks << ", policy " << s.policy << ", backend " << s.backend
     << (s.device.empty() ? "" : " [" + s.device + "]") << (s.reducer.empty() ? "" : ", reduction via " + s.reducer)
-    << (s.pinned_batches ? ", batches page-locked" : "")
+    << (s.reduce_overlap ? " overlapped with backward" : "") << (s.pinned_batches ? ", batches page-locked" : "")
     << (s.read_ahead ? ", read ahead (" + std::to_string(static_cast<int>(std::lround(100 * s.read_ahead_fraction))) +
                            " % of rows ready)"
                      : "")

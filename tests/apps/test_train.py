@@ -229,6 +229,24 @@ class TrainRuns(Workdir):
         self.assertIn("--read-ahead on needs --read-mode independent", r.stderr)
 
 
+    def test_reduce_overlap_trains_exactly_as_the_fused_reduction(self):
+        """--reduce-overlap starts each layer's all-reduce during the step's last micro-batch
+        (auto: off on the host). Two ranks add two numbers either way, so the parameters must
+        match bit for bit, with gradient accumulation (--micro-batch-cap 7 of a share of 20)."""
+        args = [*self.base(), "--policy", "static", "--steps", "10", "--micro-batch-cap", "7"]
+        sums = {}
+        for mode in ("on", "off", "auto"):
+            js = os.path.join(self.dir, f"ov-{mode}.json")
+            r = mpirun(2, *args, "--reduce-overlap", mode, "--summary-json", js)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            s = self.summary(js)
+            self.assertEqual(s["reduce_overlap"], mode == "on", "auto is off on the host backend")
+            self.assertEqual(s["samples"], 10 * 40)
+            sums[mode] = s["parameter_checksum"]
+        self.assertEqual(sums["on"], sums["off"])
+        self.assertEqual(sums["on"], sums["auto"])
+
+
 class Checkpoints(Workdir):
     def test_kill_and_resume_equals_uninterrupted(self):
         a_dir, b_dir = os.path.join(self.dir, "ck-a"), os.path.join(self.dir, "ck-b")
@@ -369,6 +387,31 @@ class EmulatedCuda(Workdir):
         self.assertAlmostEqual(res["auto"]["read_ahead_fraction"], 11 / 12, places=6)
         self.assertFalse(res["off"]["read_ahead"])
         self.assertEqual(res["auto"]["parameter_checksum"], res["off"]["parameter_checksum"])
+
+    def test_reduce_overlap_is_on_by_default_with_staged_mpi_and_changes_nothing(self):
+        """On a GPU reduced through MPI, --reduce-overlap auto copies each finished layer to
+        host memory behind its backward kernels and starts its all-reduce while the earlier
+        layers compute. Same parameters bit for bit at 2 ranks. NCCL does not overlap: on
+        warns and reduces after backward."""
+        args = [*self.base(), "--policy", "static", "--steps", "12", "--micro-batch-cap", "8"]
+        res = {}
+        for name, devices, mode, extra in (("auto", 1, "auto", []), ("off", 1, "off", []), ("nccl", 2, "on", []),
+                                           ("emulated", 1, "auto", ["--emulate-speed", "1,0.5"])):
+            js = os.path.join(self.dir, f"emu-ov-{name}.json")
+            r = self.cuda(2, devices, *[a for a in args if a != "--quiet"], *extra, "--reduce-overlap", mode,
+                          "--summary-json", js)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            res[name] = self.summary(js)
+            self.assertEqual("does not overlap" in r.stderr, name == "nccl", r.stderr)
+            self.assertEqual("overlapped with backward" in r.stdout, name == "auto", r.stdout)
+        self.assertEqual(res["auto"]["reducer"], "mpi")
+        self.assertTrue(res["auto"]["reduce_overlap"])
+        self.assertFalse(res["off"]["reduce_overlap"])
+        self.assertEqual(res["nccl"]["reducer"], "nccl")
+        self.assertFalse(res["nccl"]["reduce_overlap"])
+        self.assertFalse(res["emulated"]["reduce_overlap"], "auto leaves emulated stragglers' runs alone")
+        self.assertEqual(res["auto"]["parameter_checksum"], res["off"]["parameter_checksum"])
+        self.assertEqual(res["auto"]["parameter_checksum"], res["nccl"]["parameter_checksum"])
 
     def test_cuda_kill_and_resume_equals_uninterrupted(self):
         a_dir, b_dir = os.path.join(self.dir, "emu-ck-a"), os.path.join(self.dir, "emu-ck-b")
