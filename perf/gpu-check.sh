@@ -16,11 +16,14 @@
 #     built here with CMake when MPI, HDF5, GoogleTest and CLI11 are installed.
 #  4. Plan C (plan B's binaries): antdt-train on the GPU, 2 ranks sharing it, one emulated at
 #     half speed (one GPU cannot show mixed generations): static vs dd efficiency.
+#  5. Plan D (plan B's binaries): the same 2 ranks at equal speed, the gradient reduction
+#     overlapped with backward (--reduce-overlap on) against after it (off), on two models.
 # Exit status: non-zero when a check that ran failed. Steps that cannot run say why.
 #
 # Knobs: BENCH_SECONDS (per shape, default 1); SKIP_BUNDLE; SKIP_PLAN_B; PLAN_C_LAYERS,
 # PLAN_C_BATCH (global batches, space-separated), PLAN_C_STEPS, PLAN_C_REPEATS, PLAN_C_DEVICE,
-# PLAN_C_ARGS (more antdt-train options); SKIP_PLAN_A (no bench, no sanitizers). GPU_CHECK_BENCH (a bench binary),
+# PLAN_C_ARGS (more antdt-train options), SKIP_PLAN_C; PLAN_D_LAYERS (models, space-separated; the first
+# sets the data's dim and classes), PLAN_D_BATCH, PLAN_D_STEPS, PLAN_D_REPEATS, SKIP_PLAN_D; SKIP_PLAN_A (no bench, no sanitizers). GPU_CHECK_BENCH (a bench binary),
 # GPU_CHECK_BENCH_MODE (its mode: smoke) and GPU_CHECK_BIN (a folder holding the plan B
 # binaries under their usual names) replace what the check would carry or build: the test
 # tests/compute/test_gpu_check.py runs this script on the emulated device that way.
@@ -202,13 +205,28 @@ if [ -n "$BIN" ]; then
   ANTDT_TEST_EXPECT_CUDA_REDUCER=mpi gtest_run reduce-staged-np2 mpirun -np 2 "$BIN/test_compute_reduce"
 fi
 
+# Plans C and D run antdt-train: each says why it is skipped (SKIP_PLAN_<X>, no plan B
+# binaries, or less than $2 s left of the 5-minute budget) and returns 0 then.
+plan_skipped() {
+  local knob="SKIP_PLAN_$1" left=$((290 - (SECONDS - t0)))
+  if [ -n "${!knob:-}" ]; then echo "  SKIPPED: $knob is set"
+  elif [ -z "$BIN" ]; then echo "  SKIPPED: needs plan B's binaries"
+  elif [ "$left" -lt "$2" ]; then echo "  SKIPPED: only $left s left of the 5-minute budget"
+  else return 1; fi
+}
+
+# One antdt-train run on 2 ranks for plans C and D: its summary goes to $WORK/NAME.json and its
+# stderr to $WORK/NAME.err; a failure prints that stderr's tail under DESC and fails the check.
+train_run() {
+  local name=$1 desc=$2
+  shift 2
+  ANTDT_LOG_LEVEL=warn run_env timeout 60 mpirun -np 2 "$BIN/antdt-train" --device "${PLAN_C_DEVICE:-cuda}" \
+    --quiet "$@" --summary-json "$WORK/$name.json" 2> "$WORK/$name.err" \
+    || { echo "  $desc: FAILED:"; tail -5 "$WORK/$name.err"; status=1; }
+}
+
 echo "== plan C: antdt-train on the GPU, 2 ranks, rank 1 EMULATED at half speed, static vs dd"
-left=$((290 - (SECONDS - t0)))
-if [ -z "$BIN" ]; then
-  echo "  SKIPPED: needs plan B's binaries"
-elif [ "$left" -lt 60 ]; then
-  echo "  SKIPPED: only $left s left of the 5-minute budget"
-else
+if ! plan_skipped C 60; then
   # GEMM work per step (6 x batch x parameters) against the staged reduction of the gradients
   # (both ranks share the GPU, so NCCL is refused) and the HDF5 reads. Each batch size runs
   # static and dd in turn, PLAN_C_REPEATS times, so drift on the machine hits both alike.
@@ -220,11 +238,9 @@ else
   for batch in $batches; do
     for rep in $(seq 1 "${PLAN_C_REPEATS:-3}"); do
       for policy in static dd; do
-        ANTDT_LOG_LEVEL=warn run_env timeout 60 mpirun -np 2 "$BIN/antdt-train" --data "$WORK/train.h5" \
-          --layers "$layers" --global-batch "$batch" --steps "${PLAN_C_STEPS:-60}" \
-          --device "${PLAN_C_DEVICE:-cuda}" --emulate-speed 1,0.5 --policy "$policy" --quiet ${PLAN_C_ARGS:-} \
-          --summary-json "$WORK/plan-c-$batch-$policy-$rep.json" 2> "$WORK/plan-c-$batch-$policy-$rep.err" \
-          || { echo "  $policy, batch $batch, run $rep: FAILED:"; tail -5 "$WORK/plan-c-$batch-$policy-$rep.err"; status=1; }
+        train_run "plan-c-$batch-$policy-$rep" "$policy, batch $batch, run $rep" --data "$WORK/train.h5" \
+          --layers "$layers" --global-batch "$batch" --steps "${PLAN_C_STEPS:-60}" --emulate-speed 1,0.5 \
+          --policy "$policy" ${PLAN_C_ARGS:-}
       done
     done
   done
@@ -258,6 +274,60 @@ print("  efficiency = throughput / sum of the ranks' measured compute speeds in 
       "  no reduction or data cost). The ranks share ONE GPU: a rank computes slower while the other\n"
       "  computes too, so its speed depends on the split, and dd / static may exceed the 1.5x that\n"
       "  separate devices of speeds 1 and 0.5 would allow. Compare efficiencies, not that ratio.")
+PY
+fi
+echo "== plan D: reduction overlapped with backward (--reduce-overlap) vs after it, 2 ranks, staged MPI"
+if ! plan_skipped D 45; then
+  # Equal speeds, static split: the two modes differ only in when each layer's all-reduce
+  # starts. Off and on in turn, PLAN_D_REPEATS times; at 2 ranks both add the same two
+  # numbers, so the parameters must agree bit for bit.
+  models=${PLAN_D_LAYERS:-256,2048,2048,10 256,4096,4096,4096,10}
+  batch=${PLAN_D_BATCH:-16384}
+  first=${models%% *}
+  run_env "$BIN/antdt-datagen" -o "$WORK/train-d.h5" --samples $((batch * 2)) --dim "${first%%,*}" \
+    --classes "${first##*,}" > /dev/null || status=1
+  m=0
+  for layers in $models; do
+    m=$((m + 1))
+    for rep in $(seq 1 "${PLAN_D_REPEATS:-3}"); do
+      for mode in off on; do
+        train_run "plan-d-$m-$mode-$rep" "$layers, overlap $mode, run $rep" --data "$WORK/train-d.h5" \
+          --layers "$layers" --global-batch "$batch" --steps "${PLAN_D_STEPS:-30}" --policy static \
+          --reduce-overlap "$mode"
+      done
+    done
+  done
+  rm -f "$WORK/train-d.h5"
+  python3 - "$WORK" $models <<'PY' || status=1
+import glob, json, os, statistics, sys
+work, models = sys.argv[1], sys.argv[2:]
+runs = {}
+for path in sorted(glob.glob(os.path.join(work, "plan-d-*.json"))):
+    _, _, m, mode, rep = os.path.basename(path)[:-5].split("-")
+    runs.setdefault((int(m), mode), {})[int(rep)] = json.load(open(path))
+if not runs:
+    sys.exit("  no plan D run wrote its summary")
+med = lambda rs, key: statistics.median(r[key] for r in rs)
+bad = False
+for m, layers in enumerate(models, 1):
+    off, on = runs.get((m, "off"), {}), runs.get((m, "on"), {})
+    for mode, rs in (("off", off), ("on", on)):
+        if not rs:
+            print(f"  {layers}: overlap {mode}: no run finished"); bad = True; continue
+        v = list(rs.values())
+        print(f"  {layers:>24} overlap {mode:>3}: reducer {v[0]['reducer']}, median of {len(v)}: "
+              f"{med(v, 'throughput'):9.0f} samples/s, step {med(v, 'measured_step_seconds') * 1e3:7.2f} ms, "
+              f"reduce wait {med(v, 'reduce_fraction'):.3f}, efficiency {med(v, 'efficiency'):.3f}")
+    pairs = sorted(set(off) & set(on))
+    if pairs:
+        ratios = [on[p]["throughput"] / off[p]["throughput"] for p in pairs]
+        same = all(on[p]["parameter_checksum"] == off[p]["parameter_checksum"] for p in pairs)
+        print(f"  {layers:>24} on / off throughput: median {statistics.median(ratios):.3f} "
+              f"(runs: {', '.join(f'{r:.3f}' for r in ratios)}); parameters identical: {'yes' if same else 'NO'}")
+        bad |= not same or not all(on[p]["reduce_overlap"] and not off[p]["reduce_overlap"] for p in pairs)
+print("  reduce wait = time from the end of a rank's compute to the reduced gradients, / step time.\n"
+      "  Both ranks share ONE GPU (so NCCL is refused and MPI stages through host memory).")
+sys.exit(1 if bad else 0)
 PY
 fi
 tar -C "$WORK" -czf "$OUT/gpu-check-logs.tar.gz" --exclude='*.h5' --exclude=build --exclude=bin \

@@ -102,7 +102,8 @@ class GpuCheckOnEmulatedDevice(unittest.TestCase):
                    GPU_CHECK_BENCH=os.path.join(EMULATED, "antdt-bench-gpu-emulated"),
                    GPU_CHECK_BENCH_MODE="smoke", BENCH_SECONDS="0.02",
                    PLAN_C_LAYERS="16,32,4", PLAN_C_BATCH="256 512", PLAN_C_STEPS="8",
-                   PLAN_C_REPEATS="2", PLAN_C_ARGS="--read-ahead on")
+                   PLAN_C_REPEATS="2", PLAN_C_ARGS="--read-ahead on",
+                   PLAN_D_LAYERS="16,32,4 16,32,32,4", PLAN_D_BATCH="256", PLAN_D_STEPS="6", PLAN_D_REPEATS="2")
         if plan_b:
             env["GPU_CHECK_BIN"] = self.bin_dir(real_cuda)
         else:
@@ -130,6 +131,13 @@ class GpuCheckOnEmulatedDevice(unittest.TestCase):
                 self.assertRegex(log, policy + r": batch +" + batch + r", .*emulated.*reducer mpi.*median of 2: +"
                                  r"[0-9]+ samples/s, efficiency 0\.[0-9]{3}.*read ahead 0\.[5-9][0-9].*duplicated 0, missing 0")
             self.assertRegex(log, r"batch " + batch + r": dd / static throughput [0-9.]+x")
+        # Plan D: off and on twice per model; on the same 2 ranks, the same parameters.
+        for layers in ("16,32,4", "16,32,32,4"):
+            for mode in ("off", "on"):
+                self.assertRegex(log, layers + r" overlap +" + mode + r": reducer mpi, median of 2: +[0-9]+ samples/s, "
+                                 r"step +[0-9.]+ ms, reduce wait 0\.[0-9]{3}")
+            self.assertRegex(log, layers + r" on / off throughput: median [0-9.]+ \(runs: [0-9.]+, [0-9.]+\); "
+                             r"parameters identical: yes")
         self.assertNotIn("FAILED", log)
 
     def test_a_runtime_that_refuses_the_sanitizer_is_not_a_failure(self):
