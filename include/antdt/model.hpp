@@ -49,12 +49,12 @@ struct GradientBucket {
 class GradientListener {
  public:
   virtual ~GradientListener() = default;
-  // Host memory for bucket `index` (its count floats). A model whose buffer is device memory
-  // copies the finished bucket there before ready(index); nullptr for no copy (a host model's
-  // buffer is read in place, and host models do not ask).
-  [[nodiscard]] virtual float* host_copy(std::size_t index) = 0;
+  // Host memory of gradient_count() floats. A model whose buffer is device memory copies each
+  // finished bucket to the same offset there before ready(); nullptr for no copies (a host
+  // model's buffer is read in place, and host models ignore this).
+  [[nodiscard]] virtual float* host_copy() = 0;
   // Bucket `index` of Model::gradient_buckets() holds its final sums for this call (and,
-  // with host_copy(index), is copied there). Called once per bucket, in bucket order.
+  // with host_copy(), is copied there). Called once per bucket, in bucket order.
   virtual void ready(std::size_t index) = 0;
   // Called repeatedly while the model waits for its device between buckets, and between a
   // host model's layers: the place to progress non-blocking communication.
@@ -92,8 +92,8 @@ class Model {
   virtual BatchResult accumulate(const float* features, const std::int32_t* labels, std::int64_t n) = 0;
   // accumulate(), telling `listener` about each bucket of gradient_buckets() as soon as it is
   // final. Meant for a step's LAST accumulate (earlier micro-batches' sums are not final). For
-  // n == 0 nothing is reported. The default runs accumulate(), then copies each bucket to
-  // listener.host_copy(b) (when not null) and reports it: correct, with no overlap.
+  // n == 0 nothing is reported. The default runs accumulate(), copies the whole buffer to
+  // listener.host_copy() (when not null) and reports every bucket: correct, with no overlap.
   virtual BatchResult accumulate_overlapped(const float* features, const std::int32_t* labels, std::int64_t n,
                                             GradientListener& listener);
   // The buckets in the order a backward pass finishes them: disjoint, together the whole

@@ -211,6 +211,7 @@ class CudaMlp final : public Model {
     if (want_gradient) {
       // The count slot first: it belongs to the first bucket (the last layer's).
       ANTDT_CHECK_CUDA(cuda::add_to_scalar(s, gradients_.data() + layout_.parameter_count, static_cast<float>(n)));
+      float* copy = listener != nullptr ? listener->host_copy() : nullptr;
       const float* delta = activations_[last].data();
       for (std::size_t l = layout_.layers.size(); l-- > 0;) {
         const LayerShape& sh = layout_.layers[l];
@@ -223,8 +224,8 @@ class CudaMlp final : public Model {
         if (listener != nullptr) {  // this layer's bucket is final once the stream gets here
           const std::size_t b = last - l;
           const GradientBucket& bucket = buckets_[b];
-          if (float* copy = listener->host_copy(b); copy != nullptr) {
-            ANTDT_CHECK_CUDA(cudaMemcpyAsync(copy, gradients_.data() + bucket.offset,
+          if (copy != nullptr) {
+            ANTDT_CHECK_CUDA(cudaMemcpyAsync(copy + bucket.offset, gradients_.data() + bucket.offset,
                                              static_cast<std::size_t>(bucket.count) * sizeof(float),
                                              cudaMemcpyDeviceToHost, s));
           }
@@ -298,11 +299,5 @@ void copy_device_to_host(void* host_dst, const void* device_src, std::size_t byt
 void copy_host_to_device(void* device_dst, const void* host_src, std::size_t bytes) {
   ANTDT_CHECK_CUDA(cudaMemcpy(device_dst, host_src, bytes, cudaMemcpyHostToDevice));
 }
-
-void queue_host_to_device(void* device_dst, const void* host_src, std::size_t bytes) {
-  ANTDT_CHECK_CUDA(cudaMemcpyAsync(device_dst, host_src, bytes, cudaMemcpyHostToDevice, cudaStreamLegacy));
-}
-
-void wait_for_queued_copies() { ANTDT_CHECK_CUDA(cudaStreamSynchronize(cudaStreamLegacy)); }
 
 }  // namespace antdt::detail

@@ -22,10 +22,4 @@ void copy_host_to_device(void*, const void*, std::size_t) {
   ANTDT_ASSERT(false, "device copy in a build without CUDA");
 }
 
-void queue_host_to_device(void*, const void*, std::size_t) {
-  ANTDT_ASSERT(false, "device copy in a build without CUDA");
-}
-
-void wait_for_queued_copies() { ANTDT_ASSERT(false, "device copy in a build without CUDA"); }
-
 }  // namespace antdt::detail

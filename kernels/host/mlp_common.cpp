@@ -92,14 +92,12 @@ BatchResult Model::accumulate_overlapped(const float* features, const std::int32
                                          GradientListener& listener) {
   const BatchResult r = accumulate(features, labels, n);
   if (n <= 0) return r;
-  const std::vector<GradientBucket> buckets = gradient_buckets();
-  const std::vector<float> all = backend() == Backend::host ? std::vector<float>() : gradient_snapshot(*this);
-  for (std::size_t b = 0; b < buckets.size(); ++b) {
-    if (float* copy = listener.host_copy(b); copy != nullptr && !all.empty()) {
-      std::copy_n(all.begin() + buckets[b].offset, buckets[b].count, copy);
-    }
-    listener.ready(b);
+  if (float* copy = listener.host_copy(); copy != nullptr) {
+    const std::vector<float> all = gradient_snapshot(*this);
+    std::copy(all.begin(), all.end(), copy);
   }
+  const std::size_t buckets = gradient_buckets().size();
+  for (std::size_t b = 0; b < buckets; ++b) listener.ready(b);
   return r;
 }
 

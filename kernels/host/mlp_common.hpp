@@ -57,9 +57,5 @@ void check_labels(const std::int32_t* labels, std::int64_t n, std::int64_t class
 [[nodiscard]] std::unique_ptr<Model> make_cuda_mlp(const MlpConfig& config, const DeviceInfo& device);
 void copy_device_to_host(void* host_dst, const void* device_src, std::size_t bytes);
 void copy_host_to_device(void* device_dst, const void* host_src, std::size_t bytes);
-// Queued on the legacy default stream, so after all work queued on the device's blocking
-// streams, without waiting; wait_for_queued_copies() waits for all of them.
-void queue_host_to_device(void* device_dst, const void* host_src, std::size_t bytes);
-void wait_for_queued_copies();
 
 }  // namespace antdt::detail

@@ -6,10 +6,9 @@
 //
 // Overlapped (begin_overlapped), one all-reduce per bucket as the model reports it:
 //  - CUDA models on every rank: the model has queued its whole backward pass and copies each
-//    finished bucket into a page-locked staging block, so the host thread is idle while the
+//    finished bucket into the page-locked staging buffer, so the host thread is idle while the
 //    device computes. A blocking MPI_Allreduce of the bucket there keeps Open MPI's tuned
-//    algorithm, and the device keeps computing the remaining layers meanwhile; the result goes
-//    back to the device by a queued copy while the next bucket is reduced.
+//    algorithm, and the device keeps computing the remaining layers meanwhile.
 //  - Host models: the host thread computes the remaining layers, so each bucket goes by
 //    MPI_Iallreduce, progressed by MPI_Testall from the model's poll() calls (Open MPI 4.1 has
 //    no progress thread: a non-blocking collective advances only inside MPI calls).
@@ -68,20 +67,18 @@ void check_buckets(const std::vector<GradientBucket>& buckets, std::int64_t coun
   }
 }
 
-// One step's overlapped reduction. A host buffer is reduced in place; a device buffer through
-// one page-locked staging block per bucket (owned by the reducer, so reused step after step),
-// each copied back to the device, queued, as soon as its all-reduce is done. Separate blocks
-// keep a queued copy's source apart from the next bucket's all-reduce.
+// One step's overlapped reduction: the buffer itself on the host, the staging copy for a
+// device buffer.
 class MpiOverlap final : public OverlappedReduction {
  public:
-  using Staging = std::vector<HostVector<float>>;
-  MpiOverlap(MPI_Comm comm, float* buffer, std::vector<GradientBucket> buckets, Staging* staging, bool blocking)
+  MpiOverlap(MPI_Comm comm, float* buffer, std::int64_t count, std::vector<GradientBucket> buckets, float* staging,
+             bool blocking)
       : comm_(comm),
         buffer_(buffer),
+        count_(count),
         buckets_(std::move(buckets)),
         staging_(staging),
-        blocking_(blocking),
-        returned_(buckets_.size(), false) {}
+        blocking_(blocking) {}
   MpiOverlap(const MpiOverlap&) = delete;
   MpiOverlap& operator=(const MpiOverlap&) = delete;
   ~MpiOverlap() override {
@@ -91,9 +88,7 @@ class MpiOverlap final : public OverlappedReduction {
     }
   }
 
-  [[nodiscard]] float* host_copy(std::size_t index) override {
-    return staging_ != nullptr && index < staging_->size() ? (*staging_)[index].data() : nullptr;
-  }
+  [[nodiscard]] float* host_copy() override { return staging_; }
 
   void ready(std::size_t index) override {
     if (finished_ || index != started_ || index >= buckets_.size()) {
@@ -113,47 +108,38 @@ class MpiOverlap final : public OverlappedReduction {
   void finish() override {
     if (finished_) throw UsageError("overlapped reduction finished twice");
     while (started_ < buckets_.size()) {
+      const GradientBucket& b = buckets_[started_];
       if (staging_ != nullptr) {  // not reported by the model: fetch it (after its queued work)
-        detail::copy_device_to_host(host_copy(started_), buffer_ + buckets_[started_].offset, bytes(started_));
+        detail::copy_device_to_host(staging_ + b.offset, buffer_ + b.offset,
+                                    static_cast<std::size_t>(b.count) * sizeof(float));
       }
       start(started_);
     }
     ANTDT_CHECK_MPI(MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE));
     finished_ = true;
     if (staging_ != nullptr) {
-      for (std::size_t i = 0; i < buckets_.size(); ++i) {
-        if (!returned_[i]) detail::queue_host_to_device(buffer_ + buckets_[i].offset, host_copy(i), bytes(i));
-      }
-      detail::wait_for_queued_copies();
+      detail::copy_host_to_device(buffer_, staging_, static_cast<std::size_t>(count_) * sizeof(float));
     }
   }
 
  private:
-  [[nodiscard]] std::size_t bytes(std::size_t index) const {
-    return static_cast<std::size_t>(buckets_[index].count) * sizeof(float);
-  }
-
   void start(std::size_t index) {
     const GradientBucket& b = buckets_[index];
-    float* data = staging_ != nullptr ? host_copy(index) : buffer_ + b.offset;
+    float* base = staging_ != nullptr ? staging_ : buffer_;
     if (blocking_) {
-      allreduce_host(comm_, data, b.count);
-      if (staging_ != nullptr) {  // back to the device while the next buckets are reduced
-        detail::queue_host_to_device(buffer_ + b.offset, data, bytes(index));
-        returned_[index] = true;
-      }
+      allreduce_host(comm_, base + b.offset, b.count);
     } else {
-      start_allreduce(comm_, data, 0, b.count, requests_);
+      start_allreduce(comm_, base, b.offset, b.count, requests_);
     }
     ++started_;
   }
 
   MPI_Comm comm_;
   float* buffer_;
+  std::int64_t count_;
   std::vector<GradientBucket> buckets_;
-  Staging* staging_;            // nullptr for a host buffer
-  bool blocking_;               // MPI_Allreduce per bucket (every rank's buffers on a device), else MPI_Iallreduce
-  std::vector<bool> returned_;  // bucket already queued back to the device
+  float* staging_;  // nullptr for a host buffer
+  bool blocking_;   // MPI_Allreduce per bucket (every rank's buffers on a device), else MPI_Iallreduce
   std::vector<MPI_Request> requests_;
   std::size_t started_ = 0;
   bool finished_ = false;
@@ -188,22 +174,16 @@ class MpiReducer final : public GradientReducer {
                                                                       std::vector<GradientBucket> buckets) override {
     if (count < 0) throw UsageError("begin_overlapped: negative count");
     check_buckets(buckets, count);
-    if (device_buffers_) {
-      bucket_staging_.resize(buckets.size(), HostVector<float>(PinnedAllocator<float>(true)));
-      for (std::size_t i = 0; i < buckets.size(); ++i) {
-        bucket_staging_[i].resize(static_cast<std::size_t>(buckets[i].count));
-      }
-    }
-    return std::make_unique<MpiOverlap>(comm_, buffer, std::move(buckets), device_buffers_ ? &bucket_staging_ : nullptr,
-                                        all_device_buffers_ == 1);
+    if (device_buffers_) staging_.resize(static_cast<std::size_t>(count));
+    return std::make_unique<MpiOverlap>(comm_, buffer, count, std::move(buckets),
+                                        device_buffers_ ? staging_.data() : nullptr, all_device_buffers_ == 1);
   }
 
  private:
   MPI_Comm comm_;  // not owned
   bool device_buffers_;
   int all_device_buffers_ = 0;  // 1 when every rank's are: overlapped buckets then go by blocking MPI_Allreduce
-  HostVector<float> staging_;   // allreduce_sum's, for device buffers
-  std::vector<HostVector<float>> bucket_staging_;  // begin_overlapped's, one per bucket
+  HostVector<float> staging_;
 };
 
 // True on every rank when no two ranks on one node use the same GPU. Collective over comm.

@@ -193,9 +193,7 @@ class RecordingListener final : public GradientListener {
  public:
   RecordingListener(Model& model, std::vector<GradientBucket> buckets)
       : model_(model), buckets_(std::move(buckets)), copy_(static_cast<std::size_t>(model.gradient_count()), -1.0f) {}
-  float* host_copy(std::size_t index) override {
-    return model_.backend() == Backend::cuda ? copy_.data() + buckets_.at(index).offset : nullptr;
-  }
+  float* host_copy() override { return model_.backend() == Backend::cuda ? copy_.data() : nullptr; }
   void ready(std::size_t index) override {
     order.push_back(index);
     ASSERT_LT(index, buckets_.size());
