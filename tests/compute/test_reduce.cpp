@@ -196,6 +196,49 @@ TEST_P(ReduceTest, PicksNcclOnlyWhereEveryRankCanUseIt) {
 
 INSTANTIATE_TEST_SUITE_P(Backends, ReduceTest, testing::Values(Backend::host, Backend::cuda), backend_param_name);
 
+// Ranks of one job may differ in backend (a node without a GPU). Their collectives must still
+// match: the MPI reducer chooses blocking or non-blocking per-bucket all-reduces once for the
+// whole job, never per rank (blocking and non-blocking collectives do not match). Odd ranks
+// run on CUDA where it is there.
+TEST(MixedBackends, HostAndDeviceRanksReduceTogetherFusedAndOverlapped) {
+  Communicator comm = Communicator::duplicate(MPI_COMM_WORLD);
+  const std::string why = backend_unavailable(Backend::cuda);
+  if (!why.empty() && comm.size() > 1) GTEST_SKIP() << "mixed host/CUDA ranks need a CUDA device: " << why;
+  const bool on_device = comm.rank() % 2 == 1;
+  const DeviceInfo device = select_device(comm.rank(), on_device ? DevicePreference::cuda : DevicePreference::host);
+  ASSERT_EQ(device.backend, on_device ? Backend::cuda : Backend::host);
+  auto reducer = make_reducer(comm, device);
+  EXPECT_EQ(reducer->name(), "mpi") << "NCCL needs every rank on a GPU";
+  MlpConfig cfg;
+  cfg.layers = {6, 24, 16, 4};
+  constexpr std::int64_t kBatch = 40;
+  const Samples data = gaussian_clusters(kBatch, 6, 4, 3.0, 17);
+  auto reference = make_mlp(cfg, DeviceInfo{});
+  reference->zero_gradients();
+  (void)reference->accumulate(data.x(0), data.y(0), kBatch);
+  const std::vector<float> expected = gradient_snapshot(*reference);
+  const std::int64_t share = kBatch / comm.size(), first = share * comm.rank();
+  const std::int64_t mine = comm.rank() + 1 == comm.size() ? kBatch - first : share;
+  for (const bool overlap : {false, true}) {
+    SCOPED_TRACE(overlap ? "overlapped" : "fused");
+    auto model = make_mlp(cfg, device);
+    model->zero_gradients();
+    auto pending = overlap ? reducer->begin_overlapped(model->gradient_buffer(), model->gradient_count(),
+                                                       model->gradient_buckets())
+                           : nullptr;
+    ASSERT_EQ(pending != nullptr, overlap) << "the MPI reducer overlaps";
+    (void)accumulate_micro_batches(*model, data.x(first), data.y(first), mine, 4, pending.get());
+    if (pending) {
+      pending->finish();
+    } else {
+      reducer->allreduce_sum(model->gradient_buffer(), model->gradient_count());
+    }
+    const std::vector<float> got = gradient_snapshot(*model);
+    EXPECT_EQ(got.back(), static_cast<float>(kBatch));
+    EXPECT_LT(relative_error(got, expected), 1e-5);
+  }
+}
+
 TEST(MpiReducer, SumsHostBuffersInPlace) {
   Communicator comm = Communicator::duplicate(MPI_COMM_WORLD);
   auto reducer = make_reducer(comm, DeviceInfo{});
