@@ -11,6 +11,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -39,6 +40,7 @@ struct CUstream_st {
 struct CUevent_st {
   std::optional<std::chrono::steady_clock::time_point> recorded;
   cudaStream_t stream = nullptr;  // where it was last recorded
+  std::uint64_t seq = 0;          // the work queued before it: accesses with seq <= this
 };
 struct cublasContext {
   cudaStream_t stream = nullptr;
@@ -55,12 +57,23 @@ namespace {
 
 constexpr std::size_t kDeviceMemory = std::size_t{4} << 30;
 
+// A read or write of [begin, end) queued on a stream and not yet ordered before the host and
+// every other stream (by synchronising its stream, an event after it, or the legacy stream).
+// Streams made to wait for an event after it (cudaStreamWaitEvent) are ordered after it.
+struct Access {
+  std::uintptr_t begin = 0, end = 0;
+  cudaStream_t stream = nullptr;
+  std::uint64_t seq = 0;  // when it was queued (State::seq)
+  bool write = false;
+  std::vector<cudaStream_t> ordered_before;
+};
+
 struct Allocation {
   std::uintptr_t base = 0;
   std::size_t bytes = 0;   // as requested
   std::size_t mapped = 0;  // rounded up to pages
   int device = 0;
-  std::optional<cudaStream_t> pending_writer;  // its last write, while not yet ordered before other streams
+  std::vector<Access> pending;  // accesses not yet ordered before everything that follows
 };
 
 // A cudaHostAlloc block. While an asynchronous copy from it (H2D) is in flight, host writes
@@ -83,6 +96,7 @@ struct State {
   std::map<std::uintptr_t, PinnedBlock> pinned;      // cudaHostAlloc blocks, by base address
   std::size_t rejected = 0;
   std::string last_rejection;
+  std::uint64_t seq = 0;  // counts queued calls, to place events among accesses
 };
 
 State& state() {
@@ -201,7 +215,15 @@ class DeviceAccess {
 // all blocking streams (a legacy-stream call, or synchronising the device).
 void order_device_writes(State& s) {
   for (auto& [base, a] : s.allocations) {
-    if (a.device == t_device) a.pending_writer.reset();
+    if (a.device == t_device) a.pending.clear();
+  }
+}
+
+// The accesses queued on `stream` up to `seq` are done (their stream or an event after them
+// was synchronised).
+void order_stream_accesses(State& s, cudaStream_t stream, std::uint64_t seq) {
+  for (auto& [base, a] : s.allocations) {
+    std::erase_if(a.pending, [&](const Access& x) { return x.stream == stream && x.seq <= seq; });
   }
 }
 
@@ -232,12 +254,19 @@ class Call {
       return fail(std::string(what) + " " + hex(p) + " is on device " + std::to_string(al->device) + " but device " +
                   std::to_string(t_device) + " is current");
     }
-    if (!is_legacy(stream_) && al->pending_writer.has_value() && *al->pending_writer != stream_) {
-      return fail(std::string(what) + " " + hex(p) + " was written by work on " + stream_name(*al->pending_writer) +
-                  " that is not ordered before this call on " + stream_name(stream_) +
-                  " (synchronise that stream first): a race on a GPU");
+    if (!is_legacy(stream_)) {
+      for (const Access& x : al->pending) {
+        const bool overlaps = x.begin < base + bytes && base < x.end;
+        const bool ordered =
+            std::find(x.ordered_before.begin(), x.ordered_before.end(), stream_) != x.ordered_before.end();
+        if (!overlaps || x.stream == stream_ || ordered || !(x.write || use == Use::write)) continue;
+        return fail(std::string(what) + " " + hex(p) + " was " + (x.write ? "written" : "read") + " by work on " +
+                    stream_name(x.stream) + " that is not ordered before this call on " + stream_name(stream_) +
+                    " (synchronise that stream, or wait for an event after it, first): a race on a GPU" +
+                    (x.write ? "" : " (write after read)"));
+      }
     }
-    if (use == Use::write) written_.push_back(al);
+    accessed_.push_back({al, base, base + bytes, use});
     return *this;
   }
 
@@ -274,8 +303,11 @@ class Call {
   void commit() {
     if (is_legacy(stream_)) {
       order_device_writes(s_);
-    } else {
-      for (Allocation* a : written_) a->pending_writer = stream_;
+      return;
+    }
+    const std::uint64_t seq = ++s_.seq;
+    for (const Declared& d : accessed_) {
+      d.allocation->pending.push_back(Access{d.begin, d.end, stream_, seq, d.use == Use::write, {}});
     }
   }
 
@@ -287,8 +319,13 @@ class Call {
   State& s_;
   const char* api_;
   cudaStream_t stream_;
+  struct Declared {
+    Allocation* allocation;
+    std::uintptr_t begin, end;
+    Use use;
+  };
   std::string error_;
-  std::vector<Allocation*> written_;
+  std::vector<Declared> accessed_;
 };
 
 std::size_t page() { return static_cast<std::size_t>(sysconf(_SC_PAGESIZE)); }
@@ -436,7 +473,7 @@ cudaError_t cudaMalloc(void** ptr, std::size_t bytes) {
   void* p = mmap(nullptr, mapped, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) return cudaErrorMemoryAllocation;
   const auto base = reinterpret_cast<std::uintptr_t>(p);
-  s.allocations[base] = Allocation{base, bytes, mapped, t_device, std::nullopt};
+  s.allocations[base] = Allocation{base, bytes, mapped, t_device, {}};
   *ptr = p;
   return cudaSuccess;
 }
@@ -578,9 +615,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   if (is_legacy(stream)) {
     order_device_writes(s);
   } else {
-    for (auto& [base, a] : s.allocations) {
-      if (a.pending_writer == stream) a.pending_writer.reset();
-    }
+    order_stream_accesses(s, stream, s.seq);
   }
   complete_copies(s, stream);
   return cudaSuccess;
@@ -599,6 +634,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   }
   event->recorded = std::chrono::steady_clock::now();
   event->stream = stream;
+  event->seq = s.seq;
   return cudaSuccess;
 }
 
@@ -612,7 +648,13 @@ cudaError_t complete_event(cudaEvent_t event, const char* api) {
     reject(s, api, "not a live event");
     return cudaErrorInvalidResourceHandle;
   }
-  if (event->recorded) complete_copies(s, event->stream);
+  if (!event->recorded) return cudaSuccess;
+  if (is_legacy(event->stream)) {
+    order_device_writes(s);
+  } else {
+    order_stream_accesses(s, event->stream, event->seq);
+  }
+  complete_copies(s, event->stream);
   return cudaSuccess;
 }
 }  // namespace
@@ -620,6 +662,25 @@ cudaError_t complete_event(cudaEvent_t event, const char* api) {
 cudaError_t cudaEventSynchronize(cudaEvent_t event) { return complete_event(event, "cudaEventSynchronize"); }
 
 cudaError_t cudaEventQuery(cudaEvent_t event) { return complete_event(event, "cudaEventQuery"); }
+
+// Work queued on `stream` from now on runs after the work queued before `event`.
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int /*flags*/) {
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  if (s.events.count(event) == 0 || !stream_ok(s, stream)) {
+    reject(s, "cudaStreamWaitEvent", "not a live event or stream");
+    return cudaErrorInvalidResourceHandle;
+  }
+  if (!event->recorded) return cudaSuccess;
+  for (auto& [base, a] : s.allocations) {
+    for (Access& x : a.pending) {
+      if ((is_legacy(event->stream) || x.stream == event->stream) && x.seq <= event->seq) {
+        x.ordered_before.push_back(stream);
+      }
+    }
+  }
+  return cudaSuccess;
+}
 
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
   State& s = state();

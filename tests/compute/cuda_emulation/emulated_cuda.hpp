@@ -11,19 +11,21 @@
 //   - every pointer an API call reads or writes lies inside one live allocation of the right
 //     kind (device or host) and, for device memory, on the current device;
 //   - cuBLAS leading dimensions and sizes are valid, as cuBLAS itself would check;
-//   - stream order: work queued on one stream must not read or write device memory whose last
-//     write was queued on another stream and is not yet ordered before it (by synchronising
-//     that stream, or by going through the legacy default stream). Everything runs at once
-//     here, so without this check such a race would pass unnoticed; on a GPU it reads stale
-//     or half-written data.
+//   - stream order, per byte range: work queued on one stream must not read device memory
+//     that work on another stream writes, nor write memory that such work reads or writes,
+//     unless that work is ordered before it: its stream synchronised, an event queued after
+//     it synchronised or queried complete by the host, or waited for by this stream
+//     (cudaStreamWaitEvent), or the legacy default stream passed in between. Everything runs
+//     at once here, so without this check such a race would pass unnoticed; on a GPU it reads
+//     stale or half-written data, or overwrites what is still being read.
 //   - pinned host memory (cudaHostAlloc) is not reused while an asynchronous copy is in flight:
 //     until the copy's stream (or the device) is synchronised, host writes to the block of an
 //     H2D copy fault, and any host access to the block of a D2H copy faults. From pageable
 //     memory the driver stages the data before returning, so such buffers are safe at once.
 // What it cannot check: kernel launch geometry, the loss kernel's shared-memory block
-// reduction, other hazards of asynchrony (write-after-read across streams; reuse of memory
-// page-locked with cudaHostRegister, which is not page-aligned and so is not guarded), and
-// performance. perf/gpu-check.sh covers the GPU itself.
+// reduction, other hazards of asynchrony (non-blocking streams, which it treats as blocking;
+// reuse of memory page-locked with cudaHostRegister, which is not page-aligned and so is not
+// guarded), and performance. perf/gpu-check.sh covers the GPU itself.
 //
 // Devices: ANTDT_EMULATED_CUDA_DEVICES (default 1) emulated devices per process, each with
 // 4 GiB. ANTDT_EMULATED_CUDA_PIN_LIMIT (bytes) caps live pinned memory, as a memlock limit

@@ -229,12 +229,52 @@ TEST(EmulatedCuda, RefusesCrossStreamRacesUntilOrdered) {
   ASSERT_EQ(cudaStreamSynchronize(a), cudaSuccess);
   EXPECT_EQ(cudaMemcpyAsync(h.data(), d, 4 * sizeof(float), cudaMemcpyDeviceToHost, b), cudaSuccess)
       << "after the writer is synchronised";
+  EXPECT_EQ(cudaMemsetAsync(d, 0, 4 * sizeof(float), a), cudaErrorInvalidValue)
+      << "overwriting what another stream may still be reading";
+  EXPECT_NE(antdt::emulated_cuda::last_rejection().find("write after read"), std::string::npos);
+  ASSERT_EQ(cudaStreamSynchronize(b), cudaSuccess);
   ASSERT_EQ(cudaMemsetAsync(d, 0, 4 * sizeof(float), a), cudaSuccess);
   EXPECT_EQ(cudaMemcpy(h.data(), d, 4 * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess)
       << "the legacy stream waits for every blocking stream";
   EXPECT_EQ(cudaMemsetAsync(d, 0, 4 * sizeof(float), b), cudaSuccess) << "and orders them";
   ASSERT_EQ(cudaStreamSynchronize(b), cudaSuccess);
   ASSERT_EQ(cudaFree(d), cudaSuccess);
+  ASSERT_EQ(cudaStreamDestroy(a), cudaSuccess);
+  ASSERT_EQ(cudaStreamDestroy(b), cudaSuccess);
+}
+
+// Stream order is tracked per byte range, and events order what was queued before them: the
+// host waiting for one (cudaEventSynchronize/Query), or another stream (cudaStreamWaitEvent).
+TEST(EmulatedCuda, OrdersByRangeAndByEvents) {
+  cudaStream_t a = nullptr, b = nullptr;
+  cudaEvent_t e = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&a), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreate(&b), cudaSuccess);
+  ASSERT_EQ(cudaEventCreate(&e), cudaSuccess);
+  float* d = device_floats(8);
+  std::vector<float> h(8, 0.0f);
+  const std::size_t half = 4 * sizeof(float);
+  ASSERT_EQ(cudaMemsetAsync(d, 0, half, a), cudaSuccess);
+  EXPECT_EQ(cudaMemsetAsync(d + 4, 0, half, b), cudaSuccess) << "disjoint ranges of one allocation do not race";
+  EXPECT_EQ(cudaMemcpyAsync(h.data(), d + 2, half, cudaMemcpyDeviceToHost, b), cudaErrorInvalidValue)
+      << "overlaps a's pending write";
+  ASSERT_EQ(cudaEventRecord(e, a), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(d + 1, 0, sizeof(float), a), cudaSuccess);  // queued after the event
+  ASSERT_EQ(cudaEventQuery(e), cudaSuccess);
+  EXPECT_EQ(cudaMemcpyAsync(h.data(), d + 2, 2 * sizeof(float), cudaMemcpyDeviceToHost, b), cudaSuccess)
+      << "the host saw the event complete: what a queued before it is done";
+  EXPECT_EQ(cudaMemcpyAsync(h.data(), d + 1, sizeof(float), cudaMemcpyDeviceToHost, b), cudaErrorInvalidValue)
+      << "but not what a queued after it";
+  ASSERT_EQ(cudaEventRecord(e, a), cudaSuccess);
+  ASSERT_EQ(cudaStreamWaitEvent(b, e, 0), cudaSuccess);
+  EXPECT_EQ(cudaMemcpyAsync(h.data(), d + 1, sizeof(float), cudaMemcpyDeviceToHost, b), cudaSuccess)
+      << "b waits for the event on the device";
+  EXPECT_EQ(cudaMemsetAsync(d + 6, 0, sizeof(float), a), cudaErrorInvalidValue)
+      << "a may not overwrite what b wrote and has not been ordered";
+  ASSERT_EQ(cudaStreamSynchronize(b), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(a), cudaSuccess);
+  ASSERT_EQ(cudaFree(d), cudaSuccess);
+  ASSERT_EQ(cudaEventDestroy(e), cudaSuccess);
   ASSERT_EQ(cudaStreamDestroy(a), cudaSuccess);
   ASSERT_EQ(cudaStreamDestroy(b), cudaSuccess);
 }
