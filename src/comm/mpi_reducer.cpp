@@ -32,21 +32,26 @@ namespace antdt {
 namespace comm {
 namespace {
 
-void allreduce_host(MPI_Comm comm, float* buffer, std::int64_t count) {
+// Calls f(first, piece) for consecutive pieces of at most INT_MAX floats (MPI counts are int).
+template <class F>
+void for_each_piece(float* data, std::int64_t count, F f) {
   for (std::int64_t first = 0; first < count; first += INT_MAX) {
-    const int piece = static_cast<int>(std::min<std::int64_t>(INT_MAX, count - first));
-    ANTDT_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, buffer + first, piece, MPI_FLOAT, MPI_SUM, comm));
+    f(data + first, static_cast<int>(std::min<std::int64_t>(INT_MAX, count - first)));
   }
 }
 
-// The MPI_Iallreduce pieces of range [offset, offset + count) of `base`, appended to `requests`.
-void start_allreduce(MPI_Comm comm, float* base, std::int64_t offset, std::int64_t count,
-                     std::vector<MPI_Request>& requests) {
-  for (std::int64_t first = offset; first < offset + count; first += INT_MAX) {
-    const int piece = static_cast<int>(std::min<std::int64_t>(INT_MAX, offset + count - first));
+void allreduce_host(MPI_Comm comm, float* buffer, std::int64_t count) {
+  for_each_piece(buffer, count, [&](float* first, int piece) {
+    ANTDT_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, first, piece, MPI_FLOAT, MPI_SUM, comm));
+  });
+}
+
+// The MPI_Iallreduce of `count` floats at `data`, its requests appended to `requests`.
+void start_allreduce(MPI_Comm comm, float* data, std::int64_t count, std::vector<MPI_Request>& requests) {
+  for_each_piece(data, count, [&](float* first, int piece) {
     requests.push_back(MPI_REQUEST_NULL);
-    ANTDT_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, base + first, piece, MPI_FLOAT, MPI_SUM, comm, &requests.back()));
-  }
+    ANTDT_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, first, piece, MPI_FLOAT, MPI_SUM, comm, &requests.back()));
+  });
 }
 
 void check_buckets(const std::vector<GradientBucket>& buckets, std::int64_t count) {
@@ -125,11 +130,11 @@ class MpiOverlap final : public OverlappedReduction {
  private:
   void start(std::size_t index) {
     const GradientBucket& b = buckets_[index];
-    float* base = staging_ != nullptr ? staging_ : buffer_;
+    float* data = (staging_ != nullptr ? staging_ : buffer_) + b.offset;
     if (blocking_) {
-      allreduce_host(comm_, base + b.offset, b.count);
+      allreduce_host(comm_, data, b.count);
     } else {
-      start_allreduce(comm_, base, b.offset, b.count, requests_);
+      start_allreduce(comm_, data, b.count, requests_);
     }
     ++started_;
   }

@@ -211,9 +211,9 @@ class DeviceAccess {
   State& s_;
 };
 
-// Every write still pending on the current device is done: the legacy stream has waited for
+// Every access still pending on the current device is done: the legacy stream has waited for
 // all blocking streams (a legacy-stream call, or synchronising the device).
-void order_device_writes(State& s) {
+void order_device_accesses(State& s) {
   for (auto& [base, a] : s.allocations) {
     if (a.device == t_device) a.pending.clear();
   }
@@ -257,9 +257,8 @@ class Call {
     if (!is_legacy(stream_)) {
       for (const Access& x : al->pending) {
         const bool overlaps = x.begin < base + bytes && base < x.end;
-        const bool ordered =
-            std::find(x.ordered_before.begin(), x.ordered_before.end(), stream_) != x.ordered_before.end();
-        if (!overlaps || x.stream == stream_ || ordered || !(x.write || use == Use::write)) continue;
+        if (!overlaps || x.stream == stream_ || !(x.write || use == Use::write)) continue;
+        if (std::find(x.ordered_before.begin(), x.ordered_before.end(), stream_) != x.ordered_before.end()) continue;
         return fail(std::string(what) + " " + hex(p) + " was " + (x.write ? "written" : "read") + " by work on " +
                     stream_name(x.stream) + " that is not ordered before this call on " + stream_name(stream_) +
                     " (synchronise that stream, or wait for an event after it, first): a race on a GPU" +
@@ -302,7 +301,7 @@ class Call {
   // before all later work; other calls leave their writes pending on their stream.
   void commit() {
     if (is_legacy(stream_)) {
-      order_device_writes(s_);
+      order_device_accesses(s_);
       return;
     }
     const std::uint64_t seq = ++s_.seq;
@@ -576,7 +575,7 @@ cudaError_t cudaMemset(void* ptr, int value, std::size_t bytes) { return cudaMem
 cudaError_t cudaDeviceSynchronize() {
   State& s = state();
   std::lock_guard lock(s.mutex);
-  order_device_writes(s);
+  order_device_accesses(s);
   complete_copies(s, nullptr);
   return cudaSuccess;
 }
@@ -613,7 +612,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
     return cudaErrorInvalidResourceHandle;
   }
   if (is_legacy(stream)) {
-    order_device_writes(s);
+    order_device_accesses(s);
   } else {
     order_stream_accesses(s, stream, s.seq);
   }
@@ -650,7 +649,7 @@ cudaError_t complete_event(cudaEvent_t event, const char* api) {
   }
   if (!event->recorded) return cudaSuccess;
   if (is_legacy(event->stream)) {
-    order_device_writes(s);
+    order_device_accesses(s);
   } else {
     order_stream_accesses(s, event->stream, event->seq);
   }
