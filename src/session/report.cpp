@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "antdt/error.hpp"
+#include "checkpoint/fnv1a.hpp"
 
 namespace antdt {
 
@@ -324,12 +325,7 @@ void write_timeline(const std::string& path, const std::vector<StepRecord>& reco
 }
 
 std::string fnv1a_hex(const void* data, std::size_t bytes) {
-  std::uint64_t h = 1469598103934665603ULL;
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (std::size_t i = 0; i < bytes; ++i) {
-    h ^= p[i];
-    h *= 1099511628211ULL;
-  }
+  const std::uint64_t h = checkpoint::fnv1a64(std::span(static_cast<const std::byte*>(data), bytes));
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
   return buf;

@@ -261,6 +261,30 @@ class Checkpoints(Workdir):
         self.assertEqual(sa["parameter_checksum"], sc["parameter_checksum"], "resumed parameters differ")
         self.assertEqual(sa["samples"], sc["samples"])
 
+    # The parameters of one fixed run, recorded before the step protocol was redesigned
+    # (commit f63f47d, hashed with FNV-1a 64): 4 ranks, dd moving off the equal split at step 8,
+    # emulated speeds on the virtual device, accumulation above a cap of 7, a checkpoint every
+    # 10 steps, rank 2 killed at step 23 and the run resumed from step 20. OpenBLAS is pinned
+    # to its SSE3 kernels so that the bits do not depend on which SIMD kernels this CPU gets.
+    FIXED_RUN_CHECKSUM = "7a4cec8cccb7fa06"
+
+    @unittest.skipUnless(os.uname().machine == "x86_64", "the recorded checksum is of x86-64 OpenBLAS kernels")
+    def test_fixed_run_keeps_its_parameter_checksum(self):
+        env = dict(ENV, OPENBLAS_CORETYPE="Prescott")
+        d = os.path.join(self.dir, "fixed")
+        js = os.path.join(self.dir, "fixed.json")
+        args = [*self.base(), "--policy", "dd", "--no-probe", "--emulate-speed", "1,1,1,0.33", "--virtual-device",
+                "0.0002", "--micro-batch-cap", "7", "--steps", "40", "--checkpoint-every", "10", "--min-interval", "4",
+                "--checkpoint-dir", d]
+        killed = mpirun(4, *args, "--fail-at-step", "23", "--fail-rank", "2", env=env)
+        self.assertNotEqual(killed.returncode, 0, "the killed run must fail")
+        r = mpirun(4, *args, "--resume", "--summary-json", js, env=env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        s = self.summary(js)
+        self.assertEqual([p["batch"] for p in s["plans"]], [[12, 12, 12, 4]], "resumed under dd's plan from step 8")
+        self.assertEqual(s["samples"], 40 * 40)
+        self.assertEqual(s["parameter_checksum"], self.FIXED_RUN_CHECKSUM)
+
     def elastic(self, before, after):
         d = os.path.join(self.dir, f"el-{before}-{after}")
         js = os.path.join(d, "s.json")
