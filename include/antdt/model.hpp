@@ -18,6 +18,10 @@
 
 namespace antdt {
 
+class CheckpointWriter;
+class CheckpointReader;
+class Communicator;
+
 enum class OptimizerKind { sgd, adam };
 
 struct MlpConfig {
@@ -136,12 +140,25 @@ inline constexpr std::size_t kDefaultHostMemoryBudget = std::size_t{1} << 30;
 // ceil(n / cap): the accumulation micro-steps a share of n samples needs (0 for n == 0).
 [[nodiscard]] std::int64_t micro_steps(std::int64_t n, std::int64_t cap);
 
-// Accumulates n samples in micro_steps(n, cap) consecutive micro-batches of at most `cap`
-// samples; the sums in the gradient buffer equal one accumulate() of all n up to float
-// summation order. Results are added up (device_seconds too).
-// With a listener, the last micro-batch runs accumulate_overlapped(..., *listener).
+// Accumulates consecutive micro-batches of the given sizes (StepWork::micro_batches) from
+// `features`/`labels`; the sums in the gradient buffer equal one accumulate() of all of them up
+// to float summation order. Results are added up (device_seconds too). With a listener, the
+// last micro-batch runs accumulate_overlapped(..., *listener).
+BatchResult accumulate_micro_batches(Model& model, const float* features, const std::int32_t* labels,
+                                     std::span<const std::int64_t> sizes, GradientListener* listener = nullptr);
+// The same for n samples split by the plan's rule: split_micro_batches(n, cap), micro_steps(n, cap)
+// near-equal micro-batches of at most `cap` samples.
 BatchResult accumulate_micro_batches(Model& model, const float* features, const std::int32_t* labels, std::int64_t n,
                                      std::int64_t cap, GradientListener* listener = nullptr);
+
+// The model's checkpoint form: its parameters, optimizer state and optimizer step count under
+// "model/" (model/parameters, model/optimizer_state, model/optimizer_steps). Rank 0 writes;
+// call it on rank 0 beside Session::save.
+void save_model_state(CheckpointWriter& writer, const Model& model);
+// Collective over `comm`: rank 0 reads "model/" from `reader` (dereferenced there only) and
+// every rank's model takes the same state. When rank 0 cannot (a checkpoint of another model
+// size, say), every rank throws CheckpointError; rank 0's names the file and the entry.
+void restore_model_state(const CheckpointReader* reader, Model& model, const Communicator& comm);
 
 // A host copy of the whole gradient buffer (sums + count slot), wherever it lives. Synchronises.
 [[nodiscard]] std::vector<float> gradient_snapshot(Model& model);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -33,12 +34,47 @@ struct Plan {
   std::int64_t version = 0;                   // increases by one with every new plan
 
   [[nodiscard]] int world_size() const noexcept { return static_cast<int>(batch.size()); }
-  // Sizes of rank i's micro-batches this step: k_i near-equal parts that sum to b_i.
+  // Sizes of rank i's micro-batches for a full share: split_micro_batches(b_i, m_i), k_i parts.
   [[nodiscard]] std::vector<std::int64_t> micro_batches(int rank) const;
+  // The same rule for the n samples rank i actually holds (fewer than b_i at the end of the data).
+  [[nodiscard]] std::vector<std::int64_t> micro_batches(int rank, std::int64_t n) const;
 };
 
 // Ceil division for non-negative counts.
 [[nodiscard]] constexpr std::int64_t ceil_div(std::int64_t a, std::int64_t b) noexcept { return (a + b - 1) / b; }
+
+// THE micro-batch rule, used by the plan, the Session and accumulate_micro_batches: n samples
+// in ceil(n / cap) near-equal parts, the first n % k one larger. Empty for n <= 0; UsageError
+// for cap < 1.
+[[nodiscard]] std::vector<std::int64_t> split_micro_batches(std::int64_t n, std::int64_t cap);
+
+// The plan in force and the one issued but not yet in force, and THE rule that switches
+// between them: a plan is in force from its effective_step on. Every rank's Agent and rank 0's
+// Controller keep one. Plans are shared, not copied: the simulator's thousands of Agents hold
+// the same one.
+class PlanSchedule {
+ public:
+  PlanSchedule() = default;
+  explicit PlanSchedule(std::shared_ptr<const Plan> current) : current_(std::move(current)) {}
+
+  // Replaces the plan in force (start, restore, probe); drops any pending one.
+  void reset(std::shared_ptr<const Plan> current, std::shared_ptr<const Plan> pending = nullptr);
+  // A newly issued plan; it replaces an earlier pending one.
+  void issue(std::shared_ptr<const Plan> next) { pending_ = std::move(next); }
+  // Puts the pending plan in force if it is due by `step`; true if it did.
+  bool advance_to(std::int64_t step);
+  // The plan that will be in force at `step` (>= every step advanced to), without advancing.
+  [[nodiscard]] const Plan& at(std::int64_t step) const;
+
+  [[nodiscard]] const Plan& current() const noexcept { return *current_; }
+  [[nodiscard]] const std::shared_ptr<const Plan>& current_ptr() const noexcept { return current_; }
+  [[nodiscard]] const std::shared_ptr<const Plan>& pending() const noexcept { return pending_; }
+  [[nodiscard]] bool has_plan() const noexcept { return current_ != nullptr; }
+
+ private:
+  std::shared_ptr<const Plan> current_;
+  std::shared_ptr<const Plan> pending_;
+};
 
 // A plan with equal shares (the first `global_batch % world` ranks get one more), every
 // rank capped at `cap` samples per micro-step.

@@ -36,6 +36,7 @@
 #include "antdt/device.hpp"
 #include "antdt/emulation.hpp"
 #include "antdt/plan.hpp"
+#include "antdt/step.hpp"
 
 namespace antdt {
 
@@ -62,43 +63,9 @@ struct SessionOptions {
                                     // 0 = unknown; seeds the first split before any measurement
 };
 
-// This rank's work for one step.
-struct StepWork {
-  std::int64_t step = 0;                    // 0-based global step
-  std::int64_t epoch = 0;                   // lowest epoch not yet complete (informational)
-  std::vector<std::int64_t> samples;        // sample indices, in order
-  std::vector<std::int64_t> micro_batches;  // sizes of the accumulation micro-steps; sum == samples.size()
-  std::int64_t plan_version = 0;
-};
-
-// What end_step learned about the whole step (identical on every rank).
-struct StepSummary {
-  std::int64_t step = 0;
-  std::int64_t samples = 0;  // B actually used across all ranks
-  double loss_sum = 0.0;     // sum over ranks of what each passed to end_step
-  std::int64_t correct = 0;
-  double max_compute_seconds = 0.0;
-  bool plan_changed = false;          // a new plan was issued (it applies at its effective_step)
-  std::int64_t completed_epochs = 0;  // epochs completed so far
-  double step_seconds = 0.0;          // wall time of this step on this rank
-};
-
-// Per completed epoch: samples committed, missing and duplicated (both must be 0).
-struct EpochCoverageReport {
-  std::int64_t epoch = 0, committed = 0, missing = 0, duplicated = 0;
-};
-
-// Per-step record kept on rank 0 for reports, metrics and the timeline.
-struct StepRecord {
-  std::int64_t step = 0;
-  double start_seconds = 0.0;  // rank 0's clock, relative to session start
-  double wall_seconds = 0.0;
-  std::vector<RankStepStats> ranks;
-  std::vector<std::int64_t> batch;  // plan in force
-  std::int64_t plan_version = 0;
-  double predicted_seconds = 0.0;  // cost model's prediction for this plan
-  double loss_sum = 0.0;
-};
+// Called on rank 0 with each step's record and the plan in force, as the step ends (metrics
+// and timeline files stream from here: report.hpp). Records are not kept.
+using RecordSink = std::function<void(const StepRecord& record, const Plan& in_force)>;
 
 class Session {
  public:
@@ -165,8 +132,10 @@ class Session {
   [[nodiscard]] const SessionOptions& options() const noexcept;
   [[nodiscard]] bool emulated() const noexcept;
 
-  // Rank 0 only (empty elsewhere): records, coverage, throughput estimates.
-  [[nodiscard]] const std::vector<StepRecord>& records() const noexcept;
+  // Rank 0 only (empty or no-op elsewhere): the step records as they are made, running
+  // totals, coverage, throughput estimates.
+  void add_record_sink(RecordSink sink);
+  [[nodiscard]] RunTotals totals() const;
   [[nodiscard]] std::vector<EpochCoverageReport> coverage() const;
   [[nodiscard]] std::vector<double> rank_throughput() const;  // x_i: median samples per compute-second
   [[nodiscard]] std::vector<RankAssessment> assessments() const;
@@ -174,6 +143,11 @@ class Session {
   [[nodiscard]] double elapsed_seconds() const noexcept;
   // Rank 0: wall time spent in the DDS coordinator (commit, coverage, grants), all steps.
   [[nodiscard]] double dds_seconds() const noexcept;
+  // Every rank's micro-batch cap m_i, as gathered by the constructor (on every rank).
+  [[nodiscard]] const std::vector<std::int64_t>& micro_batch_caps() const noexcept;
+  // Bytes this rank received in the last control exchange (its reply; plus a new plan on the
+  // steps that issue one): independent of the number of ranks otherwise.
+  [[nodiscard]] std::size_t control_bytes_received() const noexcept;
 
  private:
   struct Impl;

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "antdt/error.hpp"
+#include "antdt/plan.hpp"
 
 namespace antdt {
 
@@ -70,13 +71,17 @@ std::int64_t micro_batch_cap(const Model& model, const DeviceInfo& device, doubl
 
 BatchResult accumulate_micro_batches(Model& model, const float* features, const std::int32_t* labels, std::int64_t n,
                                      std::int64_t cap, GradientListener* listener) {
-  const std::int64_t steps = micro_steps(n, cap);
+  return accumulate_micro_batches(model, features, labels, split_micro_batches(n, cap), listener);
+}
+
+BatchResult accumulate_micro_batches(Model& model, const float* features, const std::int32_t* labels,
+                                     std::span<const std::int64_t> sizes, GradientListener* listener) {
   BatchResult total;
   const auto dim = model.input_dim();
-  for (std::int64_t s = 0; s < steps; ++s) {
-    const std::int64_t first = s * cap;
-    const std::int64_t count = std::min(cap, n - first);
-    const bool last = s + 1 == steps;
+  std::int64_t first = 0;
+  for (std::size_t s = 0; s < sizes.size(); ++s) {
+    const std::int64_t count = sizes[s];
+    const bool last = s + 1 == sizes.size();
     const BatchResult r = last && listener != nullptr
                               ? model.accumulate_overlapped(features + first * dim, labels + first, count, *listener)
                               : model.accumulate(features + first * dim, labels + first, count);
@@ -84,6 +89,7 @@ BatchResult accumulate_micro_batches(Model& model, const float* features, const 
     total.correct += r.correct;
     total.samples += r.samples;
     total.device_seconds += r.device_seconds;
+    first += count;
   }
   return total;
 }

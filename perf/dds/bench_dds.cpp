@@ -1,7 +1,7 @@
 // antdt-bench-dds: what the data sharding service costs.
 //   1. Rank 0's shard operations per second (Coordinator::grant + commit_step, pure, no MPI)
 //      for 1..8 simulated clients with uneven demand.
-//   2. Control bytes per step of Service::end_step (ControlChannel::last_bytes), over MPI.
+//   2. Control bytes each rank receives per step of the Session's exchange, over MPI.
 //   3. HDF5 read throughput through the DDS, independent (sec2) vs collective (MPI-IO
 //      driver, independent transfers), measured in the same run on the same file.
 // Protocol: warm up, barrier, clock, loop, barrier, max over ranks; configuration printed
@@ -22,7 +22,7 @@
 #include "antdt/dds.hpp"
 #include "antdt/error.hpp"
 #include "antdt/runtime.hpp"
-#include "dds/service.hpp"
+#include "antdt/session.hpp"
 
 namespace {
 
@@ -40,7 +40,7 @@ struct Config {
   std::int64_t shard_size = 320;
   std::int64_t batch = 32;
   int coordinator_steps = 200000;
-  int service_steps = 5000;
+  int exchange_steps = 5000;
   std::int64_t h5_samples = 200'000;
   std::int64_t h5_dim = 64;
   std::string file;
@@ -83,43 +83,59 @@ void bench_coordinator(const Config& cfg) {
   }
 }
 
-void bench_service(const antdt::Communicator& comm, const Config& cfg) {
-  antdt::dds::LedgerOptions o;
-  o.dataset_size = cfg.samples;
-  o.shard_size = cfg.shard_size;
-  const std::int64_t demand = cfg.batch * (1 + comm.rank() % 3);
-  antdt::dds::Service service(comm, o, demand);
-  for (int i = 0; i < 50; ++i) {
-    (void)service.next(demand);
-    service.end_step(demand);
+// Runs `steps` steps of a Session with no model (equal shares of `demand` per rank) and calls
+// `each(work)` between begin_step and end_step.
+template <class F>
+void run_session_steps(const antdt::Communicator& comm, std::int64_t samples, std::int64_t shard_size,
+                       std::int64_t demand, std::int64_t epochs, std::int64_t steps, F&& each) {
+  antdt::SessionOptions o;
+  o.dataset_size = samples;
+  o.shard_size = shard_size;
+  o.global_batch = demand * comm.size();
+  o.max_epochs = epochs;
+  o.max_steps = steps;
+  o.controller.policy = "static";
+  antdt::Session session(comm.get(), o);
+  while (!session.finished()) {
+    const antdt::StepWork w = session.begin_step();
+    each(w, session);
+    session.end_step();
   }
+}
+
+void bench_control(const antdt::Communicator& comm, const Config& cfg) {
   double bytes_sum = 0;
   std::size_t bytes_max = 0;
-  comm.barrier();
-  const auto t0 = Clock::now();
-  for (int i = 0; i < cfg.service_steps; ++i) {
-    (void)service.next(demand);
-    service.end_step(demand);
-    bytes_sum += static_cast<double>(service.last_control_bytes());
-    bytes_max = std::max(bytes_max, service.last_control_bytes());
-  }
-  const double t = max_over_ranks(comm, seconds_since(t0));
-  double mean_all = 0;
+  double t0 = 0;
+  std::int64_t timed = 0;
+  run_session_steps(comm, cfg.samples, cfg.shard_size, cfg.batch, 0, 50 + cfg.exchange_steps,
+                    [&](const antdt::StepWork& w, const antdt::Session& s) {
+                      if (w.step == 50) {
+                        comm.barrier();
+                        t0 = MPI_Wtime();
+                      }
+                      if (w.step <= 50) return;  // the previous step's exchange is timed from here on
+                      bytes_sum += static_cast<double>(s.control_bytes_received());
+                      bytes_max = std::max(bytes_max, s.control_bytes_received());
+                      ++timed;
+                    });
+  const double t = max_over_ranks(comm, MPI_Wtime() - t0);
   MPI_Allreduce(MPI_IN_PLACE, &bytes_sum, 1, MPI_DOUBLE, MPI_MAX, comm.get());
   unsigned long long max_all = bytes_max;
   MPI_Allreduce(MPI_IN_PLACE, &max_all, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, comm.get());
-  mean_all = bytes_sum / cfg.service_steps;
   if (comm.is_root()) {
-    std::printf("\n[2] Service::end_step over MPI: %d ranks, demand %lld x {1,2,3}, shard_size %lld, %d steps\n",
-                comm.size(), static_cast<long long>(cfg.batch), static_cast<long long>(cfg.shard_size),
-                cfg.service_steps);
     std::printf(
-        "    control bytes per step per rank (sent + received): mean %.1f, max %llu (report 16 B + reply 8+1+8+1 B + "
-        "36 B "
-        "per grant)\n",
-        mean_all, max_all);
-    std::printf("    end_step latency: %.1f us/step (max over ranks; ranks oversubscribed if more than cores)\n",
-                1e6 * t / cfg.service_steps);
+        "\n[2] the Session's control exchange over MPI: %d ranks, %lld samples per rank per step, shard_size "
+        "%lld, %d steps, no model\n",
+        comm.size(), static_cast<long long>(cfg.batch), static_cast<long long>(cfg.shard_size), cfg.exchange_steps);
+    std::printf(
+        "    bytes received per rank per step: mean %.1f, max %llu (one reply slot; it does not grow with "
+        "the ranks)\n",
+        bytes_sum / static_cast<double>(std::max<std::int64_t>(1, timed)), max_all);
+    std::printf(
+        "    step latency with no compute: %.1f us/step (max over ranks; ranks oversubscribed if more than "
+        "cores)\n",
+        1e6 * t / cfg.exchange_steps);
   }
 }
 
@@ -141,26 +157,20 @@ void bench_hdf5(const antdt::Communicator& comm, const Config& cfg) {
   };
   auto run = [&](antdt::data::ReadMode mode) {
     antdt::data::Hdf5Dataset data(path, {}, mode, comm.get());
-    antdt::dds::LedgerOptions o;
-    o.dataset_size = data.size();
-    o.shard_size = cfg.shard_size;
-    o.max_epochs = 1;
-    const std::int64_t demand = 4 * cfg.batch * (1 + comm.rank() % 3);
-    antdt::dds::Service service(comm, o, demand);
+    const std::int64_t demand = 4 * cfg.batch;
     std::vector<float> features(static_cast<std::size_t>(demand * cfg.h5_dim));
     std::vector<std::int32_t> labels(static_cast<std::size_t>(demand));
     double read_time = 0;
     std::int64_t rows = 0;
     comm.barrier();
     const auto t0 = Clock::now();
-    while (!service.exhausted()) {
-      const auto idx = service.next(demand);
-      const auto r0 = Clock::now();
-      data.read(idx, features.data(), labels.data());
-      read_time += seconds_since(r0);
-      rows += static_cast<std::int64_t>(idx.size());
-      service.end_step(demand);
-    }
+    run_session_steps(comm, data.size(), cfg.shard_size, demand, 1, 0,
+                      [&](const antdt::StepWork& w, const antdt::Session&) {
+                        const auto r0 = Clock::now();
+                        data.read(w.samples, features.data(), labels.data());
+                        read_time += seconds_since(r0);
+                        rows += static_cast<std::int64_t>(w.samples.size());
+                      });
     const double wall = max_over_ranks(comm, seconds_since(t0));
     const double read_max = max_over_ranks(comm, read_time);
     std::int64_t total_rows = 0;
@@ -181,7 +191,7 @@ void bench_hdf5(const antdt::Communicator& comm, const Config& cfg) {
   if (comm.is_root()) {
     std::printf(
         "\n[3] HDF5 reads through the DDS: %d ranks, %lld x %lld float32 (%.1f MB), one epoch, shard_size %lld, "
-        "demand %lld x {1,2,3} per step, best of 3 (page cache warm)\n",
+        "%lld samples per rank per step, best of 3 (page cache warm)\n",
         comm.size(), static_cast<long long>(cfg.h5_samples), static_cast<long long>(cfg.h5_dim),
         static_cast<double>(cfg.h5_samples) * row_bytes / 1e6, static_cast<long long>(cfg.shard_size),
         static_cast<long long>(4 * cfg.batch));
@@ -210,7 +220,7 @@ int main(int argc, char** argv) {
   app.add_option("--shard-size", cfg.shard_size, "positions per shard");
   app.add_option("--batch", cfg.batch, "base per-rank demand per step");
   app.add_option("--coordinator-steps", cfg.coordinator_steps, "timed steps per client count in [1]");
-  app.add_option("--service-steps", cfg.service_steps, "timed steps in [2]");
+  app.add_option("--exchange-steps", cfg.exchange_steps, "timed steps in [2]");
   app.add_option("--h5-samples", cfg.h5_samples, "rows of the HDF5 file in [3]");
   app.add_option("--h5-dim", cfg.h5_dim, "features per row in [3]");
   app.add_option("--file", cfg.file, "HDF5 file to write and read in [3] (default: a temporary file)");
@@ -227,7 +237,7 @@ int main(int argc, char** argv) {
       bench_coordinator(cfg);
     }
     comm.barrier();
-    bench_service(comm, cfg);
+    bench_control(comm, cfg);
     bench_hdf5(comm, cfg);
   } catch (const antdt::Error& e) {
     std::fprintf(stderr, "antdt-bench-dds: %s\n", e.what());

@@ -1,7 +1,7 @@
 #include "core/control_channel.hpp"
 
 #include <algorithm>
-#include <array>
+#include <climits>
 #include <cstdint>
 #include <cstring>
 #include <exception>
@@ -11,56 +11,126 @@
 
 namespace antdt::detail {
 
-std::vector<std::byte> ControlChannel::exchange(std::span<const std::byte> report, const Decide& decide) {
-  const int size = comm_->size();
-  const int n = static_cast<int>(report.size());
-  if (comm_->is_root()) gathered_.resize(static_cast<std::size_t>(n) * static_cast<std::size_t>(size));
+namespace {
+
+// The head of every rank's slot. The overflow and shared flags are the same in every slot, so
+// each rank knows which collectives follow without another round trip.
+struct SlotHeader {
+  std::uint64_t my_length = 0;      // this rank's reply, bytes
+  std::uint64_t shared_length = 0;  // the part every rank gets (0: no broadcast follows)
+  std::uint8_t error = 0;           // decide threw on the root: the shared part is its message
+  std::uint8_t overflow = 0;        // some rank's reply is longer than its slot: a scatterv follows
+};
+constexpr std::size_t kHeaderBytes = 24;
+static_assert(sizeof(std::uint64_t) * 2 + 2 <= kHeaderBytes);
+constexpr std::size_t kInline = ControlChannel::kSlotBytes - kHeaderBytes;
+
+void put_header(std::byte* slot, const SlotHeader& h) {
+  std::memcpy(slot, &h.my_length, 8);
+  std::memcpy(slot + 8, &h.shared_length, 8);
+  std::memcpy(slot + 16, &h.error, 1);
+  std::memcpy(slot + 17, &h.overflow, 1);
+}
+
+SlotHeader get_header(const std::byte* slot) {
+  SlotHeader h;
+  std::memcpy(&h.my_length, slot, 8);
+  std::memcpy(&h.shared_length, slot + 8, 8);
+  std::memcpy(&h.error, slot + 16, 1);
+  std::memcpy(&h.overflow, slot + 17, 1);
+  return h;
+}
+
+int as_count(std::size_t n) {
+  if (n > static_cast<std::size_t>(INT_MAX))
+    throw Error("control exchange: a reply of " + std::to_string(n) + " bytes");
+  return static_cast<int>(n);
+}
+
+std::size_t length_of(const ControlChannel::Replies& r, std::size_t rank) {
+  return r.offsets[rank + 1] - r.offsets[rank];
+}
+
+}  // namespace
+
+ControlChannel::Received ControlChannel::exchange(std::span<const std::byte> report, const Decide& decide) {
+  const auto size = static_cast<std::size_t>(comm_->size());
+  const int n = as_count(report.size());
+  if (comm_->is_root()) gathered_.resize(report.size() * size);
   ANTDT_CHECK_MPI(MPI_Gather(report.data(), n, MPI_BYTE, gathered_.data(), n, MPI_BYTE, 0, comm_->get()));
-  std::vector<std::byte> reply;
-  // header[0]: reply size; header[1]: 1 when decide threw on the root. The error travels
-  // as the reply, so every rank throws instead of waiting in a broadcast that never comes.
-  std::uint64_t header[2] = {0, 0};
+
+  Replies replies;
   std::exception_ptr root_error;
   if (comm_->is_root()) {
     std::vector<std::span<const std::byte>> reports;
-    reports.reserve(static_cast<std::size_t>(size));
-    for (int r = 0; r < size; ++r)
-      reports.emplace_back(gathered_.data() + static_cast<std::size_t>(r) * n, static_cast<std::size_t>(n));
+    reports.reserve(size);
+    for (std::size_t r = 0; r < size; ++r) reports.emplace_back(gathered_.data() + r * report.size(), report.size());
     try {
-      reply = decide(reports);
+      replies = decide(reports);
+      if (replies.offsets.size() != size + 1 || replies.offsets.back() != replies.per_rank.size())
+        throw Error("control exchange: the root's replies do not match the communicator");
     } catch (const std::exception& e) {
+      // The error travels as the shared part, so every rank throws instead of waiting.
       root_error = std::current_exception();
       const std::string what = e.what();
-      reply.resize(what.size());
-      std::memcpy(reply.data(), what.data(), what.size());
-      header[1] = 1;
+      replies = Replies{{}, std::vector<std::size_t>(size + 1, 0), {}};
+      replies.shared.resize(what.size());
+      std::memcpy(replies.shared.data(), what.data(), what.size());
     }
-    header[0] = reply.size();
+    slots_.assign(size * kSlotBytes, std::byte{0});
+    bool overflow = false;
+    for (std::size_t r = 0; r < size; ++r) overflow = overflow || length_of(replies, r) > kInline;
+    for (std::size_t r = 0; r < size; ++r) {
+      std::byte* slot = slots_.data() + r * kSlotBytes;
+      const std::size_t len = length_of(replies, r);
+      put_header(slot, SlotHeader{len, replies.shared.size(), static_cast<std::uint8_t>(root_error ? 1 : 0),
+                                  static_cast<std::uint8_t>(overflow ? 1 : 0)});
+      std::memcpy(slot + kHeaderBytes, replies.per_rank.data() + replies.offsets[r], std::min(len, kInline));
+    }
   }
-  // One broadcast carries the header and, in the common case, the whole reply (replies are
-  // a few hundred bytes: a plan now and then, a few grants); a second one only if it is larger.
-  std::array<std::byte, sizeof header + kInlineReplyBytes> first{};
-  if (comm_->is_root()) {
-    std::memcpy(first.data(), header, sizeof header);
-    std::memcpy(first.data() + sizeof header, reply.data(), std::min<std::size_t>(reply.size(), kInlineReplyBytes));
+  std::vector<std::byte> mine_slot(kSlotBytes);
+  ANTDT_CHECK_MPI(MPI_Scatter(slots_.data(), static_cast<int>(kSlotBytes), MPI_BYTE, mine_slot.data(),
+                              static_cast<int>(kSlotBytes), MPI_BYTE, 0, comm_->get()));
+  const SlotHeader head = get_header(mine_slot.data());
+  Received out;
+  out.mine.resize(head.my_length);
+  std::memcpy(out.mine.data(), mine_slot.data() + kHeaderBytes, std::min<std::size_t>(head.my_length, kInline));
+  if (head.overflow != 0) scatter_overflow(replies, head.my_length, out);
+  if (head.shared_length > 0) {
+    out.shared = comm_->is_root() ? std::move(replies.shared) : std::vector<std::byte>(head.shared_length);
+    ANTDT_CHECK_MPI(MPI_Bcast(out.shared.data(), as_count(head.shared_length), MPI_BYTE, 0, comm_->get()));
   }
-  ANTDT_CHECK_MPI(MPI_Bcast(first.data(), static_cast<int>(first.size()), MPI_BYTE, 0, comm_->get()));
-  std::memcpy(header, first.data(), sizeof header);
-  if (!comm_->is_root()) {
-    reply.resize(header[0]);
-    std::memcpy(reply.data(), first.data() + sizeof header, std::min<std::size_t>(header[0], kInlineReplyBytes));
-  }
-  if (header[0] > kInlineReplyBytes) {
-    ANTDT_CHECK_MPI(MPI_Bcast(reply.data() + kInlineReplyBytes, static_cast<int>(header[0] - kInlineReplyBytes),
-                              MPI_BYTE, 0, comm_->get()));
-  }
-  if (header[1] != 0) {
+  last_sent_ = report.size();
+  last_received_ = kSlotBytes + (head.my_length > kInline ? head.my_length - kInline : 0) + head.shared_length;
+  if (head.error != 0) {
     if (root_error) std::rethrow_exception(root_error);
     throw Error("rank 0 failed in the step's control exchange: " +
-                std::string(reinterpret_cast<const char*>(reply.data()), reply.size()));
+                std::string(reinterpret_cast<const char*>(out.shared.data()), out.shared.size()));
   }
-  last_bytes_ = report.size() + first.size() + (header[0] > kInlineReplyBytes ? header[0] - kInlineReplyBytes : 0);
-  return reply;
+  return out;
+}
+
+// The parts of the replies that did not fit their slots, each to its rank.
+void ControlChannel::scatter_overflow(const Replies& replies, std::size_t my_length, Received& out) {
+  std::vector<int> counts, displs;
+  std::vector<std::byte> rest;
+  if (comm_->is_root()) {
+    const auto size = static_cast<std::size_t>(comm_->size());
+    counts.resize(size);
+    displs.resize(size);
+    for (std::size_t r = 0; r < size; ++r) {
+      const std::size_t len = length_of(replies, r);
+      displs[r] = as_count(rest.size());
+      counts[r] = as_count(len > kInline ? len - kInline : 0);
+      if (len > kInline) {
+        const auto* from = replies.per_rank.data() + replies.offsets[r] + kInline;
+        rest.insert(rest.end(), from, from + (len - kInline));
+      }
+    }
+  }
+  const int mine = as_count(my_length > kInline ? my_length - kInline : 0);
+  ANTDT_CHECK_MPI(MPI_Scatterv(rest.data(), counts.data(), displs.data(), MPI_BYTE,
+                               mine > 0 ? out.mine.data() + kInline : nullptr, mine, MPI_BYTE, 0, comm_->get()));
 }
 
 }  // namespace antdt::detail

@@ -4,15 +4,38 @@
 
 namespace antdt {
 
-std::vector<std::int64_t> Plan::micro_batches(int rank) const {
-  const auto r = static_cast<std::size_t>(rank);
-  const std::int64_t b = batch.at(r);
-  const std::int64_t k = std::max<std::int64_t>(1, accumulation.at(r));
+std::vector<std::int64_t> split_micro_batches(std::int64_t n, std::int64_t cap) {
+  if (cap < 1) throw UsageError("micro-batch cap must be >= 1, got " + std::to_string(cap));
   std::vector<std::int64_t> sizes;
-  if (b == 0) return sizes;
+  if (n <= 0) return sizes;
+  const std::int64_t k = ceil_div(n, cap);
   sizes.reserve(static_cast<std::size_t>(k));
-  for (std::int64_t j = 0; j < k; ++j) sizes.push_back(b / k + (j < b % k ? 1 : 0));
+  for (std::int64_t j = 0; j < k; ++j) sizes.push_back(n / k + (j < n % k ? 1 : 0));
   return sizes;
+}
+
+std::vector<std::int64_t> Plan::micro_batches(int rank) const {
+  return micro_batches(rank, batch.at(static_cast<std::size_t>(rank)));
+}
+
+std::vector<std::int64_t> Plan::micro_batches(int rank, std::int64_t n) const {
+  return split_micro_batches(n, micro_batch_cap.at(static_cast<std::size_t>(rank)));
+}
+
+void PlanSchedule::reset(std::shared_ptr<const Plan> current, std::shared_ptr<const Plan> pending) {
+  current_ = std::move(current);
+  pending_ = std::move(pending);
+}
+
+bool PlanSchedule::advance_to(std::int64_t step) {
+  if (!pending_ || pending_->effective_step > step) return false;
+  current_ = std::move(pending_);
+  pending_.reset();
+  return true;
+}
+
+const Plan& PlanSchedule::at(std::int64_t step) const {
+  return pending_ && pending_->effective_step <= step ? *pending_ : *current_;
 }
 
 void update_accumulation(Plan& plan) {

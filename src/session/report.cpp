@@ -1,6 +1,7 @@
 #include "antdt/report.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -72,20 +73,13 @@ std::ofstream open_out(const std::string& path) {
   return out;
 }
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  const auto mid = v.begin() + static_cast<long>(v.size() / 2);
-  std::nth_element(v.begin(), mid, v.end());
-  return *mid;
-}
-
 }  // namespace
 
 void summarize_session(const Session& session, RunSummary& s) {
   if (session.rank() != 0) return;
-  const auto& records = session.records();
+  const RunTotals t = session.totals();
   s.ranks = session.size();
-  s.steps = static_cast<std::int64_t>(records.size());
+  s.steps = t.steps;
   s.samples = session.samples_committed();
   s.emulated = session.emulated();
   s.emulation = session.options().emulation.describe();
@@ -94,31 +88,15 @@ void summarize_session(const Session& session, RunSummary& s) {
   s.policy = session.options().controller.policy;
   s.rank_throughput = session.rank_throughput();
   s.ideal_throughput = std::accumulate(s.rank_throughput.begin(), s.rank_throughput.end(), 0.0);
-  std::int64_t step_samples = 0;
-  double idle_sum = 0, data_frac_sum = 0, reduce_frac_sum = 0;
-  std::vector<double> walls;
-  for (const auto& r : records) {
-    double max_t = 0, sum_t = 0;
-    for (const auto& st : r.ranks) {
-      step_samples += st.samples;
-      max_t = std::max(max_t, st.compute_seconds);
-      sum_t += st.compute_seconds;
-      if (r.wall_seconds > 0) {
-        data_frac_sum += st.data_wait_seconds / r.wall_seconds;
-        reduce_frac_sum += st.reduce_seconds / r.wall_seconds;
-      }
-    }
-    if (max_t > 0) idle_sum += 1.0 - (sum_t / static_cast<double>(r.ranks.size())) / max_t;
-    walls.push_back(r.wall_seconds);
+  if (t.steps > 0) {
+    const auto steps = static_cast<double>(t.steps);
+    s.idle_fraction = t.idle_fraction_sum / steps;
+    s.data_wait_fraction = t.data_wait_fraction_sum / (steps * s.ranks);
+    s.reduce_fraction = t.reduce_fraction_sum / (steps * s.ranks);
+    s.predicted_step_seconds = t.last_predicted_seconds;
   }
-  if (!records.empty()) {
-    s.idle_fraction = idle_sum / static_cast<double>(records.size());
-    s.data_wait_fraction = data_frac_sum / static_cast<double>(records.size() * static_cast<std::size_t>(s.ranks));
-    s.reduce_fraction = reduce_frac_sum / static_cast<double>(records.size() * static_cast<std::size_t>(s.ranks));
-    s.predicted_step_seconds = records.back().predicted_seconds;
-  }
-  s.measured_step_seconds = median(walls);
-  if (s.wall_seconds > 0) s.throughput = static_cast<double>(step_samples) / s.wall_seconds;
+  s.measured_step_seconds = t.median_wall_seconds;
+  if (s.wall_seconds > 0) s.throughput = static_cast<double>(t.samples) / s.wall_seconds;
   s.efficiency = s.ideal_throughput > 0 ? s.throughput / s.ideal_throughput : 0.0;
   s.plans = session.plan_history();
   s.plan_changes = std::max<std::int64_t>(0, static_cast<std::int64_t>(s.plans.size()) - 1);
@@ -242,86 +220,139 @@ MetricsFormat metrics_format_for(const std::string& path) {
   return path.size() >= 4 && path.compare(path.size() - 4, 4, ".csv") == 0 ? MetricsFormat::csv : MetricsFormat::jsonl;
 }
 
-void write_metrics(const std::string& path, const std::vector<StepRecord>& records, MetricsFormat format) {
-  auto out = open_out(path);
+namespace {
+
+// Streams to a file, pushing what it has to the disk at least every kFlushSeconds.
+class StreamedFile {
+ public:
+  static constexpr double kFlushSeconds = 2.0;
+  explicit StreamedFile(const std::string& path) : path_(path), out_(open_out(path)) {}
+  std::ofstream& out() { return out_; }
+  void maybe_flush() {
+    const auto now = std::chrono::steady_clock::now();
+    if (std::chrono::duration<double>(now - last_flush_).count() < kFlushSeconds) return;
+    out_.flush();
+    last_flush_ = now;
+    check();
+  }
+  void check() {
+    if (!out_) throw FileError("error while writing " + path_ + " (is the disk full?)");
+  }
+  void close() {
+    out_.flush();
+    check();
+    out_.close();
+    check();
+  }
+
+ private:
+  std::string path_;
+  std::ofstream out_;
+  std::chrono::steady_clock::time_point last_flush_ = std::chrono::steady_clock::now();
+};
+
+}  // namespace
+
+struct MetricsWriter::State {
+  StreamedFile file;
+  MetricsFormat format;
+};
+
+MetricsWriter::MetricsWriter(const std::string& path, MetricsFormat format)
+    : state_(std::make_unique<State>(State{StreamedFile(path), format})) {
+  auto& out = state_->file.out();
   out << std::setprecision(9);
   if (format == MetricsFormat::csv) {
     out << "step,rank,samples,micro_steps,compute_s,data_wait_s,reduce_s,idle_s,step_wall_s,plan_version,batch,"
            "predicted_step_s\n";
   }
-  for (const auto& rec : records) {
-    for (std::size_t r = 0; r < rec.ranks.size(); ++r) {
-      const auto& st = rec.ranks[r];
-      const auto b = r < rec.batch.size() ? rec.batch[r] : 0;
-      if (format == MetricsFormat::csv) {
-        out << rec.step << ',' << r << ',' << st.samples << ',' << st.micro_steps << ',' << st.compute_seconds << ','
-            << st.data_wait_seconds << ',' << st.reduce_seconds << ',' << st.idle_seconds << ',' << rec.wall_seconds
-            << ',' << rec.plan_version << ',' << b << ',' << rec.predicted_seconds << '\n';
-      } else {
-        out << "{\"step\": " << rec.step << ", \"rank\": " << r << ", \"samples\": " << st.samples
-            << ", \"micro_steps\": " << st.micro_steps << ", \"compute_s\": " << json_number(st.compute_seconds)
-            << ", \"data_wait_s\": " << json_number(st.data_wait_seconds)
-            << ", \"reduce_s\": " << json_number(st.reduce_seconds) << ", \"idle_s\": " << json_number(st.idle_seconds)
-            << ", \"step_wall_s\": " << json_number(rec.wall_seconds) << ", \"plan_version\": " << rec.plan_version
-            << ", \"batch\": " << b << ", \"predicted_step_s\": " << json_number(rec.predicted_seconds) << "}\n";
-      }
-    }
-  }
-  if (!out) throw FileError("error while writing " + path);
 }
 
-void write_timeline(const std::string& path, const std::vector<StepRecord>& records, const std::vector<Plan>& plans) {
-  auto out = open_out(path);
-  // Chrome trace event format: complete events ("X") with microsecond timestamps, one
-  // thread id per rank. Spans are laid out from rank 0's step start: data wait, compute,
-  // idle (waiting for the slowest rank), then the reduction.
-  out << "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n";
+MetricsWriter::~MetricsWriter() = default;
+
+void MetricsWriter::write(const StepRecord& rec) {
+  auto& out = state_->file.out();
+  for (std::size_t r = 0; r < rec.ranks.size(); ++r) {
+    const auto& st = rec.ranks[r];
+    const auto b = r < rec.batch.size() ? rec.batch[r] : 0;
+    if (state_->format == MetricsFormat::csv) {
+      out << rec.step << ',' << r << ',' << st.samples << ',' << st.micro_steps << ',' << st.compute_seconds << ','
+          << st.data_wait_seconds << ',' << st.reduce_seconds << ',' << st.idle_seconds << ',' << rec.wall_seconds
+          << ',' << rec.plan_version << ',' << b << ',' << rec.predicted_seconds << '\n';
+    } else {
+      out << "{\"step\": " << rec.step << ", \"rank\": " << r << ", \"samples\": " << st.samples
+          << ", \"micro_steps\": " << st.micro_steps << ", \"compute_s\": " << json_number(st.compute_seconds)
+          << ", \"data_wait_s\": " << json_number(st.data_wait_seconds)
+          << ", \"reduce_s\": " << json_number(st.reduce_seconds) << ", \"idle_s\": " << json_number(st.idle_seconds)
+          << ", \"step_wall_s\": " << json_number(rec.wall_seconds) << ", \"plan_version\": " << rec.plan_version
+          << ", \"batch\": " << b << ", \"predicted_step_s\": " << json_number(rec.predicted_seconds) << "}\n";
+    }
+  }
+  state_->file.maybe_flush();
+}
+
+void MetricsWriter::close() { state_->file.close(); }
+
+// Chrome trace event format, JSON array form: complete events ("X") with microsecond
+// timestamps, one thread id per rank. Spans are laid out from rank 0's step start: data wait,
+// compute, idle (waiting for the slowest rank), then the reduction.
+struct TimelineWriter::State {
+  StreamedFile file;
   bool first = true;
-  auto event = [&](const std::string& name, const char* cat, std::size_t rank, double ts, double dur,
-                   const std::string& args) {
-    if (dur <= 0) return;
-    out << (first ? "" : ",\n") << "{\"name\": " << json_string(name) << ", \"cat\": \"" << cat
-        << "\", \"ph\": \"X\", \"pid\": 0, \"tid\": " << rank << ", \"ts\": " << json_number(ts * 1e6)
-        << ", \"dur\": " << json_number(dur * 1e6) << ", \"args\": {" << args << "}}";
-    first = false;
-  };
-  std::size_t world = 0;
-  for (const auto& rec : records) {
-    world = std::max(world, rec.ranks.size());
-    for (std::size_t r = 0; r < rec.ranks.size(); ++r) {
-      const auto& st = rec.ranks[r];
-      const std::string args = "\"step\": " + std::to_string(rec.step) + ", \"samples\": " + std::to_string(st.samples);
-      double t = rec.start_seconds;
-      event("data", "data", r, t, st.data_wait_seconds, args);
-      t += st.data_wait_seconds;
-      event("compute", "compute", r, t, st.compute_seconds, args);
-      t += st.compute_seconds;
-      event("idle", "idle", r, t, st.idle_seconds, args);
-      t += st.idle_seconds;
-      event("reduce", "reduce", r, t, st.reduce_seconds, args);
-    }
-  }
-  for (std::size_t r = 0; r < world; ++r) {
-    out << (first ? "" : ",\n") << "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": " << r
-        << ", \"args\": {\"name\": \"rank " << r << "\"}}";
+  std::size_t tracks = 0;  // ranks named so far
+  std::int64_t plan_version = -1;
+
+  void event(const std::string& text) {
+    file.out() << (first ? "[\n" : ",\n") << text;
     first = false;
   }
-  for (const auto& p : plans) {
-    double ts = 0;
-    for (const auto& rec : records) {
-      if (rec.step == p.effective_step) ts = rec.start_seconds;
-    }
+};
+
+TimelineWriter::TimelineWriter(const std::string& path)
+    : state_(std::make_unique<State>(State{StreamedFile(path), true, 0, -1})) {}
+
+TimelineWriter::~TimelineWriter() = default;
+
+void TimelineWriter::write(const StepRecord& rec, const Plan& in_force) {
+  State& st = *state_;
+  for (; st.tracks < rec.ranks.size(); ++st.tracks) {
+    st.event("{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 0, \"tid\": " + std::to_string(st.tracks) +
+             ", \"args\": {\"name\": \"rank " + std::to_string(st.tracks) + "\"}}");
+  }
+  if (in_force.version != st.plan_version) {
+    st.plan_version = in_force.version;
     std::string batch;
-    for (auto b : p.batch) batch += (batch.empty() ? "" : ",") + std::to_string(b);
-    out << (first ? "" : ",\n") << "{\"name\": \"plan v" << p.version
-        << "\", \"cat\": \"plan\", \"ph\": \"i\", \"s\": \"g\", "
-        << "\"pid\": 0, \"tid\": 0, \"ts\": " << json_number(ts * 1e6)
-        << ", \"args\": {\"effective_step\": " << p.effective_step << ", \"batch\": \"" << batch
-        << "\", \"reason\": " << json_string(p.reason) << "}}";
-    first = false;
+    for (auto b : in_force.batch) batch += (batch.empty() ? "" : ",") + std::to_string(b);
+    st.event("{\"name\": \"plan v" + std::to_string(in_force.version) +
+             "\", \"cat\": \"plan\", \"ph\": \"i\", \"s\": \"g\", \"pid\": 0, \"tid\": 0, \"ts\": " +
+             json_number(rec.start_seconds * 1e6) +
+             ", \"args\": {\"effective_step\": " + std::to_string(in_force.effective_step) + ", \"batch\": \"" + batch +
+             "\", \"reason\": " + json_string(in_force.reason) + "}}");
   }
-  out << "\n]}\n";
-  if (!out) throw FileError("error while writing " + path);
+  for (std::size_t r = 0; r < rec.ranks.size(); ++r) {
+    const auto& s = rec.ranks[r];
+    const std::string args = "\"step\": " + std::to_string(rec.step) + ", \"samples\": " + std::to_string(s.samples);
+    double t = rec.start_seconds;
+    const auto span = [&](const char* name, double dur) {
+      if (dur > 0) {
+        st.event(std::string("{\"name\": \"") + name + "\", \"cat\": \"" + name +
+                 "\", \"ph\": \"X\", \"pid\": 0, \"tid\": " + std::to_string(r) + ", \"ts\": " + json_number(t * 1e6) +
+                 ", \"dur\": " + json_number(dur * 1e6) + ", \"args\": {" + args + "}}");
+      }
+      t += dur;
+    };
+    span("data", s.data_wait_seconds);
+    span("compute", s.compute_seconds);
+    span("idle", s.idle_seconds);
+    span("reduce", s.reduce_seconds);
+  }
+  st.file.maybe_flush();
+}
+
+void TimelineWriter::close() {
+  if (state_->first) state_->file.out() << "[";
+  state_->file.out() << "\n]\n";
+  state_->file.close();
 }
 
 std::string fnv1a_hex(const void* data, std::size_t bytes) {

@@ -148,12 +148,12 @@ class TrainRuns(Workdir):
         self.assertEqual(len(rows), 12 * 3, "one metrics row per step and rank")
         self.assertEqual(sum(int(r["samples"]) for r in rows), 12 * 40)
         with open(tl) as f:
-            trace = json.load(f)
-        spans = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+            trace = json.load(f)  # the Chrome trace's JSON array form
+        spans = [e for e in trace if e.get("ph") == "X"]
         for rank in range(3):
             steps = {e["args"]["step"] for e in spans if e["tid"] == rank and e["name"] == "compute"}
             self.assertEqual(steps, set(range(12)), f"rank {rank} has a compute span for every step")
-        self.assertTrue(any(e.get("cat") == "plan" for e in trace["traceEvents"]))
+        self.assertTrue(any(e.get("cat") == "plan" for e in trace))
 
     def test_epochs_cover_every_sample_once(self):
         js, jl = os.path.join(self.dir, "ep.json"), os.path.join(self.dir, "ep.jsonl")

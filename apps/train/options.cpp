@@ -1,0 +1,237 @@
+#include "train/options.hpp"
+
+#include "antdt/emulation.hpp"
+#include "antdt/error.hpp"
+#include "antdt/log.hpp"
+#include "antdt/model.hpp"
+#include "cli/cli_common.hpp"
+
+namespace antdt::train {
+
+void add_options(CLI::App& app, TrainOptions& o) {
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a later --x wins
+  app.set_config("--config", "", "Read options from a TOML/INI file (keys are the long option names)");
+  const char* data = "Data";
+  app.add_option("--data", o.data,
+                 "Training set: HDF5 file with features (N x D float32) and labels (N int32); "
+                 "without it, a synthetic set is generated in memory")
+      ->group(data);
+  app.add_option("--eval-data", o.eval_data, "Held-out evaluation set (HDF5, same layout)")->group(data);
+  app.add_option("--features-name", o.features_name, "Name of the features data set")
+      ->group(data)
+      ->capture_default_str();
+  app.add_option("--labels-name", o.labels_name, "Name of the labels data set")->group(data)->capture_default_str();
+  app.add_option("--synthetic-samples", o.synthetic_samples, "Samples of the in-memory synthetic set (no --data)")
+      ->group(data)
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--synthetic-seed", o.synthetic_seed, "Seed of the in-memory synthetic set")
+      ->group(data)
+      ->capture_default_str();
+  app.add_option("--read-mode", o.read_mode,
+                 "HDF5 reads: independent (each rank opens the file itself) or collective "
+                 "(MPI-IO driver on all ranks; docs/data.md has the measurement)")
+      ->group(data)
+      ->check(CLI::IsMember({"independent", "collective"}))
+      ->capture_default_str();
+  app.add_option("--read-ahead", o.read_ahead,
+                 "Read the next step's samples on a background thread while this step computes: auto (on with a "
+                 "CUDA device, whose host cores are free meanwhile; off on the host backend, whose cores run BLAS), "
+                 "on or off. Not with --read-mode collective, whose reads are MPI calls")
+      ->group(data)
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
+  app.add_option("--eval-every", o.eval_every, "Evaluate on --eval-data every K steps (0: only at the end)")
+      ->group(data)
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+
+  const char* model = "Model";
+  app.add_option("--layers", o.layers, "MLP widths: input,hidden...,classes (input must match the data)")
+      ->group(model)
+      ->capture_default_str();
+  app.add_option("--optimizer", o.optimizer, "sgd (with momentum) or adam")
+      ->group(model)
+      ->check(CLI::IsMember({"sgd", "adam"}))
+      ->capture_default_str();
+  app.add_option("--lr", o.lr, "Learning rate")->group(model)->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--momentum", o.momentum, "SGD momentum")
+      ->group(model)
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  app.add_option("--weight-decay", o.weight_decay, "L2 weight decay")
+      ->group(model)
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--model-seed", o.model_seed, "Parameter initialisation seed")->group(model)->capture_default_str();
+  app.add_option("--device", o.device, "auto (GPU when present), host or cuda")
+      ->group(model)
+      ->check(CLI::IsMember({"auto", "host", "cuda"}))
+      ->capture_default_str();
+  app.add_flag("--pin-memory,!--no-pin-memory", o.pin_memory,
+               "On a GPU, read batches into page-locked host memory so their copy to the device goes by DMA; "
+               "falls back to pageable memory (with a warning) if the system refuses to pin (default: on)")
+      ->group(model)
+      ->capture_default_str();
+  app.add_option("--reduce-overlap", o.reduce_overlap,
+                 "Start each layer's gradient all-reduce as soon as backward finishes it, while the earlier layers "
+                 "still compute: auto (on with a CUDA device reduced through MPI, whose host thread is idle during "
+                 "backward; off on the host backend, where it measured no gain, and with emulated speeds, whose "
+                 "stretch would hide the reduction), on or off. NCCL does not overlap in this version (on: a "
+                 "warning, then the reduction after backward)")
+      ->group(model)
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
+
+  const char* sched = "Schedule";
+  app.add_option("--global-batch", o.global_batch, "Samples per step across all ranks (B)")
+      ->group(sched)
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--steps", o.steps, "Stop after this many steps (0: no step limit)")
+      ->group(sched)
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--epochs", o.epochs,
+                 "Stop after this many epochs (0: no epoch limit); one of --steps/--epochs is needed")
+      ->group(sched)
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--micro-batch-cap", o.micro_batch_cap,
+                 "Most samples per micro-step on this rank (0: from free memory)")
+      ->group(sched)
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--shard-size", o.shard_size, "DDS shard length in samples (0: about 10 micro-batches)")
+      ->group(sched)
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--data-seed", o.data_seed, "Seed of the per-epoch shard order")->group(sched)->capture_default_str();
+  app.add_flag("--shuffle-within-shard", o.shuffle_within_shard, "Also shuffle sample order inside each shard")
+      ->group(sched);
+  app.add_option("--prefetch-steps", o.prefetch_steps, "Grant shards this many steps ahead")
+      ->group(sched)
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+
+  const char* pol = "Policy";
+  app.add_option("--policy", o.policy,
+                 "static (equal batches), dd (dedicated: speed-proportional batches), nd (non-dedicated)")
+      ->group(pol)
+      ->check(CLI::IsMember({"static", "dd", "nd"}))
+      ->capture_default_str();
+  app.add_option("--backup-workers", o.backup_workers, "Backup ranks per step (nd policy only)")
+      ->group(pol)
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_flag("--probe,!--no-probe", o.probe,
+               "Time a few micro-steps per rank at start so the planner begins from the best split (default: on)")
+      ->group(pol)
+      ->capture_default_str();
+  app.add_option("--min-gain", o.min_gain, "Re-plan only when the predicted step time improves by this fraction")
+      ->group(pol)
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  app.add_option("--min-interval", o.min_interval, "Steps between plan changes, at least")
+      ->group(pol)
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--window", o.window, "Monitor window in steps")
+      ->group(pol)
+      ->check(CLI::Range(2, 10000))
+      ->capture_default_str();
+  app.add_option("--persistence", o.persistence,
+                 "Windows a rank must stay slow before it counts as a persistent straggler")
+      ->group(pol)
+      ->check(CLI::Range(1, 10000))
+      ->capture_default_str();
+
+  const char* emu = "Straggler emulation (reports say EMULATED)";
+  app.add_option("--emulate-speed", o.emulate_speed,
+                 "Per-rank relative speeds, e.g. 1,1,1,0.33: compute is stretched to compute/speed")
+      ->group(emu);
+  app.add_option("--emulate-transient", o.emulate_transient,
+                 "P,FACTOR,STEPS: each step a rank starts a FACTORx slowdown for STEPS steps with probability P")
+      ->group(emu);
+  app.add_option("--virtual-device", o.virtual_device,
+                 "Seconds per sample at speed 1: compute of b samples takes b*c/speed (virtual-device benchmark mode)")
+      ->group(emu)
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--emulate-seed", o.emulate_seed, "Seed of the transient slowdowns")
+      ->group(emu)
+      ->capture_default_str();
+
+  const char* ck = "Checkpoints";
+  app.add_option("--checkpoint-dir", o.checkpoint_dir, "Directory for HDF5 checkpoints (%j = Slurm job id)")->group(ck);
+  app.add_option("--checkpoint-every", o.checkpoint_every, "Checkpoint every K steps (0: only at the end)")
+      ->group(ck)
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--checkpoint-keep", o.checkpoint_keep, "Keep the newest K checkpoints")
+      ->group(ck)
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  app.add_flag("--resume", o.resume, "Resume from the newest complete checkpoint in --checkpoint-dir (any world size)")
+      ->group(ck);
+
+  const char* out = "Outputs";
+  app.add_option("--summary-json", o.summary_json, "Write the end-of-run summary as JSON here (%j = job id)")
+      ->group(out);
+  app.add_option("--timeline", o.timeline, "Write a Chrome-trace timeline (Perfetto) here")->group(out);
+  app.add_option("--metrics", o.metrics, "Write per-step, per-rank metrics here (.csv, otherwise JSONL)")->group(out);
+  app.add_option("--progress", o.progress, "Progress line on rank 0: auto (only on a terminal), always, never")
+      ->group(out)
+      ->check(CLI::IsMember({"auto", "always", "never"}))
+      ->capture_default_str();
+  app.add_option("--progress-every", o.progress_every, "Steps between progress lines")
+      ->group(out)
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--log-level", o.log_level, "error, warn, info, debug or trace (default: ANTDT_LOG_LEVEL or info)")
+      ->group(out);
+  app.add_flag("--quiet", o.quiet, "Do not print the end-of-run report")->group(out);
+
+  const char* test = "Testing";
+  app.add_option("--fail-at-step", o.fail_at_step,
+                 "Kill --fail-rank with SIGKILL when it begins this step (failure tests)")
+      ->group(test)
+      ->capture_default_str();
+  app.add_option("--fail-rank", o.fail_rank, "Rank killed by --fail-at-step")
+      ->group(test)
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  antdt::cli::add_env_names(app);
+}
+
+void validate(const TrainOptions& o, int world) {
+  using antdt::UsageError;
+  if (o.steps == 0 && o.epochs == 0) throw UsageError("give --steps or --epochs (or both)");
+  if (o.policy == "nd") {
+    throw UsageError(
+        "--policy nd (non-dedicated mode: backup workers, kill-restart) is not available in this version; "
+        "use static or dd");
+  }
+  if (o.backup_workers > 0) throw UsageError("--backup-workers needs --policy nd");
+  if (o.resume && o.checkpoint_dir.empty()) throw UsageError("--resume needs --checkpoint-dir");
+  if (o.checkpoint_every > 0 && o.checkpoint_dir.empty()) throw UsageError("--checkpoint-every needs --checkpoint-dir");
+  if (o.eval_every > 0 && o.eval_data.empty()) throw UsageError("--eval-every needs --eval-data");
+  if (o.read_ahead == "on" && o.read_mode == "collective") {
+    throw UsageError(
+        "--read-ahead on needs --read-mode independent: collective reads are MPI calls, which antdt "
+        "makes from the main thread only");
+  }
+  if (o.fail_at_step >= 0 && o.fail_rank >= world) {
+    throw UsageError("--fail-rank " + std::to_string(o.fail_rank) + " is not a rank of this " + std::to_string(world) +
+                     "-rank job");
+  }
+  (void)antdt::parse_layers(o.layers);
+  if (!o.emulate_speed.empty()) (void)antdt::parse_speeds(o.emulate_speed);
+  if (!o.emulate_transient.empty()) {
+    antdt::EmulationOptions e;
+    antdt::parse_transient(o.emulate_transient, e);
+  }
+  if (!o.log_level.empty()) (void)antdt::log::parse_level(o.log_level);
+}
+
+}  // namespace antdt::train

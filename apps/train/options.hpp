@@ -1,0 +1,77 @@
+// antdt-train's options: every one is a flag, an ANTDT_* environment variable and a --config
+// key (cli/cli_common.hpp). add_options registers them; validate checks what CLI11 cannot.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <string>
+
+namespace antdt::train {
+
+struct TrainOptions {
+  // data
+  std::string data;
+  std::string eval_data;
+  std::string features_name = "features";
+  std::string labels_name = "labels";
+  std::int64_t synthetic_samples = 8192;
+  std::uint64_t synthetic_seed = 7;
+  std::int64_t eval_every = 0;
+  std::string read_mode = "independent";
+  std::string read_ahead = "auto";
+  std::string reduce_overlap = "auto";
+  // model
+  std::string layers = "32,64,10";
+  std::string optimizer = "sgd";
+  float lr = 0.05f;
+  float momentum = 0.9f;
+  float weight_decay = 0.0f;
+  std::uint64_t model_seed = 1;
+  std::string device = "auto";
+  bool pin_memory = true;
+  // schedule
+  std::int64_t global_batch = 256;
+  std::int64_t steps = 0;
+  std::int64_t epochs = 0;
+  std::int64_t micro_batch_cap = 0;
+  std::int64_t shard_size = 0;
+  std::uint64_t data_seed = 0;
+  bool shuffle_within_shard = false;
+  int prefetch_steps = 2;
+  // policy
+  std::string policy = "dd";
+  int backup_workers = 0;
+  bool probe = true;
+  double min_gain = 0.05;
+  std::int64_t min_interval = 10;
+  int window = 20;
+  int persistence = 5;
+  // emulation
+  std::string emulate_speed;
+  std::string emulate_transient;
+  double virtual_device = 0.0;
+  std::uint64_t emulate_seed = 0;
+  // checkpoints
+  std::string checkpoint_dir;
+  std::int64_t checkpoint_every = 0;
+  int checkpoint_keep = 3;
+  bool resume = false;
+  // outputs
+  std::string summary_json;
+  std::string timeline;
+  std::string metrics;
+  std::string progress = "auto";
+  std::int64_t progress_every = 10;
+  std::string log_level;
+  bool quiet = false;
+  // testing
+  std::int64_t fail_at_step = -1;
+  int fail_rank = 0;
+};
+
+void add_options(CLI::App& app, TrainOptions& o);
+// Checks the combinations CLI11 cannot; throws UsageError with one line.
+void validate(const TrainOptions& o, int world);
+
+}  // namespace antdt::train

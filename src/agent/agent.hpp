@@ -1,0 +1,121 @@
+// Private: one rank's side of a step (docs/protocol.md). The Agent owns the rank's DDS Client
+// (its prefetched grants), the plan in force and the pending one, the step's timers and the
+// speed emulator. It does no MPI: the Session carries its reports and replies over the
+// communicator; the simulator hands them to the StepCoordinator directly, with a virtual clock.
+//
+//   StepWork w = agent.begin();          // plan due -> in force; my samples; micro-batches
+//   agent.mark_data_ready();             // optional
+//   agent.mark_compute_done(seconds);    // before any synchronisation; waits out emulation
+//   agent.add_reduce_seconds(seconds);
+//   StepReport r = agent.report(loss, correct);
+//   ... StepReply for this rank ...
+//   StepSummary s = agent.apply(reply, plan);   // grants, next plan, counters
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "antdt/dds.hpp"
+#include "antdt/emulation.hpp"
+#include "antdt/plan.hpp"
+#include "antdt/step.hpp"
+#include "protocol/step_messages.hpp"
+
+namespace antdt::agent {
+
+// The Agent's sense of time. The job's is the steady clock and waits by sleeping; the
+// simulator's is virtual: waiting advances it, nothing sleeps.
+class Clock {
+ public:
+  virtual ~Clock() = default;
+  [[nodiscard]] virtual double now() = 0;  // seconds, any fixed origin
+  virtual void wait(double seconds) = 0;   // <= 0: returns at once
+};
+
+class SteadyClock final : public Clock {
+ public:
+  [[nodiscard]] double now() override;
+  void wait(double seconds) override { wait_for(seconds); }
+};
+
+class VirtualClock final : public Clock {
+ public:
+  [[nodiscard]] double now() override { return now_; }
+  void wait(double seconds) override {
+    if (seconds > 0.0) now_ += seconds;
+  }
+  void set(double t) noexcept { now_ = t; }
+
+ private:
+  double now_ = 0.0;
+};
+
+class Agent {
+ public:
+  // `clock` must outlive the Agent. UsageError on bad emulation options for this world.
+  Agent(int rank, int world_size, const dds::LedgerOptions& ledger, const EmulationOptions& emulation, Clock& clock);
+
+  // The plan in force from now (start, probe, restore), and any pending one.
+  void reset_plan(std::shared_ptr<const Plan> current, std::shared_ptr<const Plan> pending = nullptr);
+  // Where a restored run resumes (ResumeState from rank 0); drops every grant held.
+  void resume(const protocol::ResumeState& state, const dds::LedgerOptions& saved_order);
+
+  // Starts the next step: puts a due plan in force and takes this rank's b_i samples from its
+  // grants, in micro-batches by the plan's rule. UsageError when a step is open or the run
+  // has finished.
+  StepWork begin();
+  void mark_data_ready();
+  // `measured` >= 0 overrides the clock (CUDA event time). Waits out the emulated slowdown.
+  // Only the first call of a step counts.
+  void mark_compute_done(double measured = -1.0);
+  void add_reduce_seconds(double seconds) { reduce_seconds_ += seconds; }
+  // Closes the step's timing and says what the rank did. UsageError without begin().
+  [[nodiscard]] protocol::StepReport report(double loss_sum, std::int64_t correct);
+  // Takes this rank's reply (and the plan that came with it, when reply.plan_follows).
+  // Throws the error rank 0 sent when it rejected the step.
+  StepSummary apply(const protocol::StepReply& reply, std::shared_ptr<const Plan> plan = nullptr);
+
+  // Times `micro_step(n)` `repetitions` times after a warm-up, emulation applied (without
+  // transients); returns this rank's samples per second.
+  double probe(const std::function<void(std::int64_t)>& micro_step, std::int64_t n, int repetitions);
+
+  // The samples the next begin() will take, as far as the Agent knows now (Session::next_samples).
+  [[nodiscard]] std::vector<std::int64_t> next_samples() const;
+
+  [[nodiscard]] int rank() const noexcept { return rank_; }
+  [[nodiscard]] std::int64_t step() const noexcept { return step_; }  // the next (or open) step
+  [[nodiscard]] bool started() const noexcept { return started_; }
+  [[nodiscard]] bool in_step() const noexcept { return in_step_; }
+  [[nodiscard]] bool finished() const noexcept { return finished_; }
+  [[nodiscard]] const Plan& plan() const noexcept { return plans_.current(); }
+  [[nodiscard]] const PlanSchedule& plans() const noexcept { return plans_; }
+  [[nodiscard]] std::int64_t completed_epochs() const noexcept { return completed_epochs_; }
+  [[nodiscard]] std::int64_t committed_total() const noexcept { return committed_total_; }
+  [[nodiscard]] const SpeedEmulator& emulator() const noexcept { return emulator_; }
+  [[nodiscard]] std::int64_t held() const noexcept { return client_.held(); }
+
+ private:
+  int rank_;
+  Clock* clock_;
+  dds::Client client_;
+  SpeedEmulator emulator_;
+  PlanSchedule plans_;
+
+  std::int64_t step_ = 0;
+  bool started_ = false;
+  bool finished_ = false;
+  std::int64_t completed_epochs_ = 0;
+  std::int64_t committed_total_ = 0;
+
+  // The open step.
+  bool in_step_ = false;
+  bool compute_marked_ = false;
+  double t_begin_ = 0.0, t_data_ready_ = 0.0;
+  double data_wait_seconds_ = 0.0, compute_seconds_ = 0.0, reduce_seconds_ = 0.0;
+  std::int64_t samples_ = 0;
+  std::int32_t micro_steps_ = 0;
+};
+
+}  // namespace antdt::agent

@@ -1,0 +1,60 @@
+// The model's part of a checkpoint, written by rank 0 and handed to every rank on restore.
+#include <mpi.h>
+
+#include <string>
+#include <vector>
+
+#include "antdt/checkpoint.hpp"
+#include "antdt/comm.hpp"
+#include "antdt/error.hpp"
+#include "antdt/model.hpp"
+
+namespace antdt {
+
+namespace {
+
+template <class T>
+void broadcast(std::vector<T>& v, MPI_Datatype type, const Communicator& comm) {
+  std::uint64_t n = v.size();
+  ANTDT_CHECK_MPI(MPI_Bcast(&n, 1, MPI_UINT64_T, 0, comm.get()));
+  v.resize(n);
+  ANTDT_CHECK_MPI(MPI_Bcast(v.data(), static_cast<int>(n), type, 0, comm.get()));
+}
+
+}  // namespace
+
+void save_model_state(CheckpointWriter& writer, const Model& model) {
+  writer.put_floats("model/parameters", model.parameters());
+  writer.put_floats("model/optimizer_state", model.optimizer_state());
+  writer.put_int64("model/optimizer_steps", model.optimizer_steps());
+}
+
+void restore_model_state(const CheckpointReader* reader, Model& model, const Communicator& comm) {
+  std::vector<float> params, state;
+  std::vector<std::int64_t> steps(1, 0);
+  std::vector<char> error;
+  if (comm.is_root()) {
+    try {
+      if (!reader) throw UsageError("restore_model_state: rank 0 needs a CheckpointReader");
+      params = reader->floats("model/parameters", model.parameter_count());
+      state = reader->floats("model/optimizer_state", static_cast<std::int64_t>(model.optimizer_state().size()));
+      steps[0] = reader->int64("model/optimizer_steps");
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      error.assign(what.begin(), what.end());
+    }
+  }
+  broadcast(error, MPI_CHAR, comm);
+  if (!error.empty()) {
+    if (comm.is_root()) throw CheckpointError(std::string(error.begin(), error.end()));
+    throw CheckpointError("restoring the model failed on rank 0 (see its message)");
+  }
+  broadcast(params, MPI_FLOAT, comm);
+  broadcast(state, MPI_FLOAT, comm);
+  broadcast(steps, MPI_INT64_T, comm);
+  model.set_parameters(params);
+  model.set_optimizer_state(state);
+  model.set_optimizer_steps(steps[0]);
+}
+
+}  // namespace antdt

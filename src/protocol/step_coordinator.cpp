@@ -1,0 +1,281 @@
+#include "protocol/step_coordinator.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "antdt/checkpoint.hpp"
+#include "antdt/error.hpp"
+#include "antdt/log.hpp"
+#include "core/bytes.hpp"
+#include "core/plan_codec.hpp"
+
+namespace antdt::protocol {
+
+std::span<const dds::Grant> StepDecision::grants_of(int rank) const {
+  const auto r = static_cast<std::size_t>(rank);
+  if (r + 1 >= offsets.size()) return {};
+  return std::span(grants).subspan(offsets[r], offsets[r + 1] - offsets[r]);
+}
+
+StepReply StepDecision::reply_for(int rank) const {
+  StepReply mine = reply;
+  const auto g = grants_of(rank);
+  mine.grants.assign(g.begin(), g.end());
+  return mine;
+}
+
+StepCoordinator::StepCoordinator(const StepCoordinatorOptions& options, const dds::LedgerOptions& ledger, Plan initial)
+    : StepCoordinator(options, dds::Coordinator(ledger, options.controller.world_size, options.prefetch_steps),
+                      Controller(options.controller, std::move(initial))) {
+  plans_.reset(std::make_shared<const Plan>(controller_.plan()));
+}
+
+StepCoordinator::StepCoordinator(const StepCoordinatorOptions& options, dds::Coordinator dds, Controller controller)
+    : options_(options), dds_(std::move(dds)), controller_(std::move(controller)) {}
+
+template <class F>
+auto StepCoordinator::timed_dds(F&& f) {
+  const double t0 = clock_ ? clock_() : 0.0;
+  struct Add {  // adds the time on every way out, exceptions included
+    const std::function<double()>& clock;
+    double t0;
+    double& total;
+    ~Add() {
+      if (clock) total += clock() - t0;
+    }
+  } add{clock_, t0, dds_seconds_};
+  return f();
+}
+
+bool StepCoordinator::reached_end_after(std::int64_t next_step) const {
+  if (options_.max_steps > 0 && next_step >= options_.max_steps) return true;
+  return dds_.ledger().exhausted();
+}
+
+// What each rank will take per step from the next step on: the plan in force, or the issued
+// one where it asks for more (it may take effect before the next top-up).
+std::vector<std::int64_t> StepCoordinator::coming_demand() const {
+  std::vector<std::int64_t> demand = plans_.current().batch;
+  if (const auto& next = plans_.pending()) {
+    for (std::size_t i = 0; i < demand.size() && i < next->batch.size(); ++i)
+      demand[i] = std::max(demand[i], next->batch[i]);
+  }
+  return demand;
+}
+
+// Grants come out of the ledger round-robin over ranks; each rank must get its own in that
+// order (it consumes them in order), so they are grouped by a stable counting sort.
+void StepCoordinator::grant_into(StepDecision& d) {
+  const auto world = static_cast<std::size_t>(controller_.options().world_size);
+  d.offsets.assign(world + 1, 0);
+  if (finished_) return;
+  const std::vector<dds::Grant> granted = timed_dds([&] { return dds_.grant(coming_demand()); });
+  for (const auto& g : granted) ++d.offsets[static_cast<std::size_t>(g.rank) + 1];
+  for (std::size_t r = 0; r < world; ++r) d.offsets[r + 1] += d.offsets[r];
+  std::vector<std::size_t> next(d.offsets.begin(), d.offsets.end() - 1);
+  d.grants.resize(granted.size());
+  for (const auto& g : granted) d.grants[next[static_cast<std::size_t>(g.rank)]++] = g;
+}
+
+StepDecision StepCoordinator::rejected(ReplyStatus status, std::string why) const {
+  StepDecision d;
+  d.reply.status = status;
+  d.reply.error = std::move(why);
+  d.offsets.assign(static_cast<std::size_t>(controller_.options().world_size) + 1, 0);
+  return d;
+}
+
+StepDecision StepCoordinator::start() {
+  finished_ = reached_end_after(step_);
+  StepDecision d;
+  grant_into(d);
+  d.reply.finished = finished_;
+  d.reply.completed_epochs = dds_.ledger().completed_epochs();
+  d.reply.committed_total = committed_total_;
+  return d;
+}
+
+std::optional<std::string> StepCoordinator::lockstep_problem(std::span<const StepReport> reports) const {
+  const int world = controller_.options().world_size;
+  if (static_cast<int>(reports.size()) != world) {
+    return "step coordinator: " + std::to_string(reports.size()) + " reports for " + std::to_string(world) + " ranks";
+  }
+  const std::int64_t version = plans_.current().version;
+  for (std::size_t i = 0; i < reports.size(); ++i) {
+    const StepReport& r = reports[i];
+    if (r.step != step_ || r.plan_version != version) {
+      return "Session: rank " + std::to_string(i) + " is at step " + std::to_string(r.step) + " plan v" +
+             std::to_string(r.plan_version) + " but rank 0 is at step " + std::to_string(step_) + " plan v" +
+             std::to_string(version) + " (ranks must call the step API in lockstep)";
+    }
+  }
+  return std::nullopt;
+}
+
+std::vector<RankStepStats> StepCoordinator::stats_of(std::span<const StepReport> reports) const {
+  std::vector<RankStepStats> stats(reports.size());
+  double max_compute = 0.0;
+  for (std::size_t i = 0; i < reports.size(); ++i) {
+    const StepReport& r = reports[i];
+    stats[i] = RankStepStats{r.compute_seconds, r.data_wait_seconds, r.reduce_seconds, 0.0, r.consumed, r.micro_steps};
+    max_compute = std::max(max_compute, r.compute_seconds);
+  }
+  for (auto& s : stats) s.idle_seconds = max_compute - s.compute_seconds;
+  return stats;
+}
+
+StepRecord StepCoordinator::record_of(std::vector<RankStepStats> stats, double loss_sum) const {
+  StepRecord rec;
+  rec.step = step_;
+  rec.ranks = std::move(stats);
+  rec.batch = plans_.current().batch;
+  rec.plan_version = plans_.current().version;
+  rec.predicted_seconds = controller_.predicted_step_seconds();
+  rec.loss_sum = loss_sum;
+  return rec;
+}
+
+StepDecision StepCoordinator::decide(std::span<const StepReport> reports) {
+  if (finished_) return rejected(ReplyStatus::usage_error, "step coordinator: the run has finished");
+  plans_.advance_to(step_);
+  if (auto problem = lockstep_problem(reports)) return rejected(ReplyStatus::error, std::move(*problem));
+  std::vector<RankStepStats> stats = stats_of(reports);
+  std::vector<std::int64_t> consumed(reports.size());
+  std::transform(reports.begin(), reports.end(), consumed.begin(), [](const StepReport& r) { return r.consumed; });
+  dds::Coordinator::StepResult committed;
+  try {
+    committed = timed_dds([&] { return dds_.commit_step(consumed); });
+  } catch (const UsageError& e) {
+    return rejected(ReplyStatus::usage_error, e.what());
+  } catch (const Error& e) {
+    return rejected(ReplyStatus::error, e.what());
+  }
+  committed_total_ += committed.committed;
+
+  StepDecision d;
+  StepReply& totals = d.reply;
+  for (const StepReport& r : reports) {
+    totals.loss_sum += r.loss_sum;
+    totals.samples += r.consumed;
+    totals.correct += r.correct;
+    totals.max_compute_seconds = std::max(totals.max_compute_seconds, r.compute_seconds);
+  }
+  d.record = record_of(stats, totals.loss_sum);
+  if (std::optional<Plan> next = controller_.on_step(step_, stats)) {
+    d.plan = std::make_shared<const Plan>(std::move(*next));
+    plans_.issue(d.plan);
+    totals.plan_follows = true;
+  }
+  finished_ = reached_end_after(step_ + 1);
+  grant_into(d);
+  totals.ends_step = true;
+  totals.finished = finished_;
+  totals.completed_epochs = dds_.ledger().completed_epochs();
+  totals.committed_total = committed_total_;
+  ++step_;
+  return d;
+}
+
+const Plan& StepCoordinator::install_plan(Plan plan) {
+  const Plan& installed = controller_.install_plan(std::move(plan), -1);
+  plans_.reset(std::make_shared<const Plan>(installed));
+  return installed;
+}
+
+ResumeState StepCoordinator::resume_state() const {
+  ResumeState s;
+  s.step = step_;
+  s.completed_epochs = dds_.ledger().completed_epochs();
+  s.committed_total = committed_total_;
+  const auto& order = dds_.ledger().options();
+  s.shard_size = order.shard_size;
+  s.shuffle_shards = order.shuffle_shards;
+  s.shuffle_within_shard = order.shuffle_within_shard;
+  s.finished = finished_;
+  s.has_pending = plans_.pending() != nullptr;
+  return s;
+}
+
+void StepCoordinator::save(CheckpointWriter& writer) const {
+  writer.put_bytes("antdt/dds", dds_.serialize());
+  writer.put_bytes("antdt/controller", controller_.serialize());
+  detail::ByteWriter plans;
+  encode_plan(plans_.current(), plans);
+  plans.put<std::uint8_t>(plans_.pending() ? 1 : 0);
+  if (plans_.pending()) encode_plan(*plans_.pending(), plans);
+  writer.put_bytes("antdt/plan", plans.take());
+  writer.put_int64("antdt/step", step_);
+  writer.put_int64("antdt/world_size", controller_.options().world_size);
+  writer.put_int64("antdt/dataset_size", options_.dataset_size);
+  writer.put_int64("antdt/global_batch", controller_.options().global_batch);
+  writer.put_int64("antdt/completed_epochs", dds_.ledger().completed_epochs());
+  writer.put_int64("antdt/committed_total", committed_total_);
+  writer.put_uint64s("antdt/seeds", std::vector<std::uint64_t>{options_.data_seed, options_.emulation_seed});
+  writer.put_string("antdt/policy", controller_.options().policy);
+}
+
+namespace {
+
+// The saved plan must satisfy the plan invariant and fit the checkpoint it came with.
+void check_saved_plan(const CheckpointReader& reader, const Plan& p, std::int64_t saved_world,
+                      std::int64_t saved_batch) {
+  if (auto problem = plan_problem(p); !problem.empty()) {
+    throw CheckpointError("checkpoint " + reader.path() + ": the saved plan is invalid: " + problem);
+  }
+  if (p.world_size() != saved_world || p.global_batch != saved_batch) {
+    throw CheckpointError("checkpoint " + reader.path() + ": the saved plan is for " + std::to_string(p.world_size()) +
+                          " ranks and B = " + std::to_string(p.global_batch) + ", not the checkpoint's " +
+                          std::to_string(saved_world) + " ranks and B = " + std::to_string(saved_batch));
+  }
+}
+
+}  // namespace
+
+StepCoordinator StepCoordinator::restore(const CheckpointReader& reader, const StepCoordinatorOptions& options,
+                                         const dds::LedgerOptions& this_run) {
+  const auto n = reader.int64("antdt/dataset_size");
+  if (n != options.dataset_size) {
+    throw CheckpointError("checkpoint " + reader.path() + " was taken on a data set of " + std::to_string(n) +
+                          " samples, but this run has " + std::to_string(options.dataset_size));
+  }
+  const auto saved_world = reader.int64("antdt/world_size");
+  const auto seeds = reader.uint64s("antdt/seeds", 2);
+  if (seeds[0] != options.data_seed) {
+    throw CheckpointError("checkpoint " + reader.path() + " used data seed " + std::to_string(seeds[0]) +
+                          " but this run uses " + std::to_string(options.data_seed) +
+                          " (the epoch order would change)");
+  }
+  const int world = options.controller.world_size;
+  auto dds = dds::Coordinator::restore(reader.bytes("antdt/dds"), world, options.prefetch_steps);
+  // The run's own limit wins: a resumed job may be asked to train longer.
+  if (dds.ledger().options().max_epochs != options.max_epochs) dds.set_max_epochs(options.max_epochs);
+  StepCoordinator c(options, std::move(dds), Controller::restore(reader.bytes("antdt/controller"), options.controller));
+
+  const auto plan_bytes = reader.bytes("antdt/plan");
+  detail::ByteReader pr(plan_bytes);
+  Plan saved = decode_plan(pr);
+  std::optional<Plan> saved_pending;
+  if (pr.get<std::uint8_t>() != 0) saved_pending = decode_plan(pr);
+  const auto saved_batch = reader.int64("antdt/global_batch");
+  check_saved_plan(reader, saved, saved_world, saved_batch);
+  if (saved_pending) check_saved_plan(reader, *saved_pending, saved_world, saved_batch);
+  if (saved_world == world && saved_batch == options.controller.global_batch) {
+    c.plans_.reset(std::make_shared<const Plan>(std::move(saved)),
+                   saved_pending ? std::make_shared<const Plan>(std::move(*saved_pending)) : nullptr);
+  } else {
+    c.plans_.reset(std::make_shared<const Plan>(c.controller_.plan()));
+    ANTDT_LOG(info) << "elastic restore: checkpoint from " << saved_world << " ranks, now " << world
+                    << "; re-planned: " << c.plans_.current().reason;
+  }
+  c.step_ = reader.int64("antdt/step");
+  c.committed_total_ = reader.int64("antdt/committed_total");
+  c.finished_ = c.reached_end_after(c.step_);
+  const auto& saved_order = c.dds_.ledger().options();
+  if (saved_order.shard_size != this_run.shard_size) {
+    ANTDT_LOG(info) << "restore: keeping the checkpoint's shard size " << saved_order.shard_size
+                    << " (this run asked for " << this_run.shard_size << ")";
+  }
+  return c;
+}
+
+}  // namespace antdt::protocol

@@ -1,0 +1,117 @@
+// Private: the rank-0 side of a step as one pure core (docs/protocol.md). Every rank's
+// StepReport goes in, one StepDecision comes out: the plan if one was issued, each rank's
+// grants, the step's totals, the finished flag, or why the step was rejected. No MPI and no
+// clock: the same reports give the same decision, so the Session (the real job), the tests and
+// the simulator all drive this same object.
+//
+// One decision, in order:
+//   1. check every report is for this step and the plan in force (lockstep);
+//   2. commit every rank's consumed samples in the DDS ledger (every rank has returned from the
+//      step's reduction before it reported, so this is "after the reduction", invariant 1);
+//   3. feed the Controller (Monitor, classes, policy), which may issue a plan effective at
+//      step + 1 + plan_lag;
+//   4. grant shards so that every rank holds prefetch_steps x its coming demand.
+// A rejected step changes nothing and can be decided again.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "antdt/controller.hpp"
+#include "antdt/dds.hpp"
+#include "antdt/plan.hpp"
+#include "antdt/step.hpp"
+#include "protocol/step_messages.hpp"
+
+namespace antdt {
+class CheckpointWriter;
+class CheckpointReader;
+}  // namespace antdt
+
+namespace antdt::protocol {
+
+// What rank 0 decided, for every rank at once.
+struct StepDecision {
+  StepReply reply;                   // the part every rank gets (grants empty)
+  std::shared_ptr<const Plan> plan;  // issued by this decision (reply.plan_follows), or null
+  std::vector<dds::Grant> grants;    // every rank's new grants, grouped by rank, in rank order
+  std::vector<std::size_t> offsets;  // rank r's grants are grants[offsets[r], offsets[r + 1])
+  std::optional<StepRecord> record;  // the step's record (decide only; times left for the caller)
+
+  [[nodiscard]] std::span<const dds::Grant> grants_of(int rank) const;
+  // Rank r's own reply: the common part and its grants.
+  [[nodiscard]] StepReply reply_for(int rank) const;
+};
+
+struct StepCoordinatorOptions {
+  int prefetch_steps = 2;      // grants keep every rank this many steps ahead
+  std::int64_t max_steps = 0;  // 0: stop by epochs only
+  std::int64_t max_epochs = 0;
+  std::int64_t dataset_size = 0;
+  std::uint64_t data_seed = 0;
+  std::uint64_t emulation_seed = 0;
+  ControllerOptions controller;  // resolved: world size, global batch, caps
+};
+
+class StepCoordinator {
+ public:
+  // A fresh run: the ledger of `ledger`, a Controller starting from `initial`.
+  StepCoordinator(const StepCoordinatorOptions& options, const dds::LedgerOptions& ledger, Plan initial);
+
+  // Restores what save() wrote under "antdt/" (the checkpoint may come from another world
+  // size: see docs/session.md). `this_run` is what this run asks for; the checkpoint's sample
+  // order wins. CheckpointError on a checkpoint that does not fit this run.
+  static StepCoordinator restore(const CheckpointReader& reader, const StepCoordinatorOptions& options,
+                                 const dds::LedgerOptions& this_run);
+  void save(CheckpointWriter& writer) const;
+
+  // The first exchange of a run (or of a resumed one): grants for the coming steps.
+  [[nodiscard]] StepDecision start();
+  // The step's decision from every rank's report (reports[r] from rank r).
+  [[nodiscard]] StepDecision decide(std::span<const StepReport> reports);
+
+  // Replaces the plan in force before the first step (a startup probe's split).
+  const Plan& install_plan(Plan plan);
+
+  // Where the run stands, for the ranks that resume with it (plans go beside it).
+  [[nodiscard]] ResumeState resume_state() const;
+
+  [[nodiscard]] std::int64_t step() const noexcept { return step_; }  // the next step to decide
+  [[nodiscard]] const PlanSchedule& plans() const noexcept { return plans_; }
+  [[nodiscard]] const Controller& controller() const noexcept { return controller_; }
+  [[nodiscard]] const dds::Coordinator& dds() const noexcept { return dds_; }
+  [[nodiscard]] std::int64_t committed_total() const noexcept { return committed_total_; }
+  [[nodiscard]] bool finished() const noexcept { return finished_; }
+  // Profiling only: a clock the coordinator reads around its DDS work (commit, coverage,
+  // grants) to add up dds_seconds(). Decisions never depend on it.
+  void set_profiling_clock(std::function<double()> clock) { clock_ = std::move(clock); }
+  [[nodiscard]] double dds_seconds() const noexcept { return dds_seconds_; }
+
+ private:
+  StepCoordinator(const StepCoordinatorOptions& options, dds::Coordinator dds, Controller controller);
+  [[nodiscard]] std::optional<std::string> lockstep_problem(std::span<const StepReport> reports) const;
+  [[nodiscard]] std::vector<RankStepStats> stats_of(std::span<const StepReport> reports) const;
+  [[nodiscard]] StepRecord record_of(std::vector<RankStepStats> stats, double loss_sum) const;
+  [[nodiscard]] bool reached_end_after(std::int64_t next_step) const;
+  [[nodiscard]] std::vector<std::int64_t> coming_demand() const;
+  void grant_into(StepDecision& decision);
+  [[nodiscard]] StepDecision rejected(ReplyStatus status, std::string why) const;
+  template <class F>
+  auto timed_dds(F&& f);
+
+  StepCoordinatorOptions options_;
+  dds::Coordinator dds_;
+  Controller controller_;
+  PlanSchedule plans_;
+  std::int64_t step_ = 0;
+  std::int64_t committed_total_ = 0;
+  bool finished_ = false;
+  std::function<double()> clock_;
+  double dds_seconds_ = 0.0;
+};
+
+}  // namespace antdt::protocol

@@ -1,0 +1,104 @@
+// Private: the two messages of the step protocol (docs/protocol.md) and their one codec.
+//
+//   StepReport  every rank -> rank 0, once per step: what it consumed and measured.
+//   StepReply   rank 0 -> each rank, once per step: the step's totals and THIS rank's grants.
+//               A new plan, when there is one, goes to every rank beside the replies (it is the
+//               only part of a reply that grows with the number of ranks, and it is rare).
+//
+// Each message lists its fields once, in wire order (`fields`); encode and decode both walk
+// that list, so the two cannot drift. Every message starts with a version byte. Decoders
+// throw antdt::Error on a short, malformed or foreign message and never read past the input.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "antdt/dds.hpp"
+#include "core/bytes.hpp"
+
+namespace antdt::protocol {
+
+struct StepReport {
+  static constexpr std::uint8_t kVersion = 1;
+
+  std::int64_t step = 0;          // the step it reports; must be rank 0's
+  std::int64_t plan_version = 0;  // the plan it ran under; must be rank 0's plan in force
+  std::int64_t consumed = 0;      // samples trained on (and reduced) this step
+  std::int64_t correct = 0;
+  double compute_seconds = 0.0;  // timed before any synchronisation (invariant 6)
+  double data_wait_seconds = 0.0;
+  double reduce_seconds = 0.0;
+  double loss_sum = 0.0;
+  std::int32_t micro_steps = 0;
+
+  template <class Self, class F>
+  static void fields(Self& m, F&& f) {
+    f(m.step), f(m.plan_version), f(m.consumed), f(m.correct), f(m.compute_seconds), f(m.data_wait_seconds),
+        f(m.reduce_seconds), f(m.loss_sum), f(m.micro_steps);
+  }
+};
+
+// Why rank 0 rejected a step (or a start); the rank then throws the matching antdt error.
+enum class ReplyStatus : std::uint8_t { ok = 0, usage_error = 1, error = 2 };
+
+struct StepReply {
+  static constexpr std::uint8_t kVersion = 1;
+
+  ReplyStatus status = ReplyStatus::ok;
+  std::string error;          // one line, when status != ok
+  bool ends_step = false;     // false: the reply to the first exchange (grants only)
+  bool finished = false;      // no step follows (max_steps reached or every epoch committed)
+  bool plan_follows = false;  // a new plan comes with this reply (effective at its effective_step)
+  std::int64_t completed_epochs = 0;
+  std::int64_t committed_total = 0;
+  // The step's totals over all ranks: the same in every rank's reply.
+  std::int64_t samples = 0;
+  std::int64_t correct = 0;
+  double loss_sum = 0.0;
+  double max_compute_seconds = 0.0;
+  std::vector<dds::Grant> grants;  // this rank's new grants, in the order it consumes them
+
+  template <class Self, class F>
+  static void fields(Self& m, F&& f) {
+    f(m.status), f(m.error), f(m.ends_step), f(m.finished), f(m.plan_follows), f(m.completed_epochs),
+        f(m.committed_total), f(m.samples), f(m.correct), f(m.loss_sum), f(m.max_compute_seconds), f(m.grants);
+  }
+};
+
+// Rank 0 -> every rank, once, after Session::restore: where the run resumes. The plans in
+// force and pending follow it (plan codec).
+struct ResumeState {
+  static constexpr std::uint8_t kVersion = 1;
+
+  ReplyStatus status = ReplyStatus::ok;
+  std::string error;  // why rank 0 could not restore (every rank throws CheckpointError)
+  std::int64_t step = 0;
+  std::int64_t completed_epochs = 0;
+  std::int64_t committed_total = 0;
+  // The checkpoint's sample order, which wins over this run's options.
+  std::int64_t shard_size = 0;
+  bool shuffle_shards = true;
+  bool shuffle_within_shard = false;
+  bool finished = false;  // a run resumed past its limits has nothing to do
+  bool has_pending = false;
+
+  template <class Self, class F>
+  static void fields(Self& m, F&& f) {
+    f(m.status), f(m.error), f(m.step), f(m.completed_epochs), f(m.committed_total), f(m.shard_size),
+        f(m.shuffle_shards), f(m.shuffle_within_shard), f(m.finished), f(m.has_pending);
+  }
+};
+
+void encode(const StepReport& message, detail::ByteWriter& out);
+void encode(const StepReply& message, detail::ByteWriter& out);
+void encode(const ResumeState& message, detail::ByteWriter& out);
+[[nodiscard]] StepReport decode_report(detail::ByteReader& in);
+[[nodiscard]] StepReply decode_reply(detail::ByteReader& in);
+[[nodiscard]] ResumeState decode_resume(detail::ByteReader& in);
+
+// Bytes of the encoded message, without encoding it (the simulator counts control traffic so).
+[[nodiscard]] std::size_t encoded_size(const StepReport& message);
+[[nodiscard]] std::size_t encoded_size(const StepReply& message);
+
+}  // namespace antdt::protocol
