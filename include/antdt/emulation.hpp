@@ -25,6 +25,7 @@ struct EmulationOptions {
   double transient_factor = 1;            // compute time multiplier while slowed, >= 1
   std::int64_t transient_steps = 0;       // duration of one slowdown
   double virtual_seconds_per_sample = 0;  // c; 0 = stretch the measured compute instead
+  double jitter = 0;                      // virtual device: time x uniform [1 - j, 1 + j] per rank and step
   std::uint64_t seed = 0;
 
   [[nodiscard]] bool active() const noexcept;
@@ -38,7 +39,8 @@ struct EmulationOptions {
 // "0.1,3,5" -> probability 0.1, factor 3, 5 steps. P in [0,1], FACTOR >= 1, STEPS >= 1 integer.
 void parse_transient(std::string_view text, EmulationOptions& options);
 
-// One per rank (the Agent's). Cheap, const after construction, no clock or global state.
+// One per rank (the Agent's). Cheap (it keeps only this rank's parameters, so the simulator's
+// thousands of Agents stay small), const after construction, no clock or global state.
 class SpeedEmulator {
  public:
   // UsageError when speeds has neither 0, 1 nor world_size entries, or rank is out of range.
@@ -49,6 +51,8 @@ class SpeedEmulator {
   [[nodiscard]] double target_compute_seconds(double measured, std::int64_t samples, std::int64_t step) const;
   // Transient multiplier at `step`: transient_factor while a slowdown is active, else 1.
   [[nodiscard]] double slowdown(std::int64_t step) const;
+  // Virtual device: the jitter multiplier of `step`, in [1 - jitter, 1 + jitter]; 1 without.
+  [[nodiscard]] double noise(std::int64_t step) const;
   [[nodiscard]] bool emulated() const noexcept { return emulated_; }
   [[nodiscard]] double speed() const noexcept { return speed_; }
   // Virtual-device mode: the standalone throughput speed / c (samples/s), without
@@ -56,9 +60,14 @@ class SpeedEmulator {
   [[nodiscard]] double virtual_throughput() const noexcept;
 
  private:
-  EmulationOptions options_;
   int rank_;
   double speed_ = 1.0;
+  double transient_probability_ = 0.0;
+  double transient_factor_ = 1.0;
+  std::int64_t transient_steps_ = 0;
+  double seconds_per_sample_ = 0.0;
+  double jitter_ = 0.0;
+  std::uint64_t seed_ = 0;
   bool emulated_ = false;
 };
 

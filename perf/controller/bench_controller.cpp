@@ -17,7 +17,7 @@
 
 #include "antdt/controller.hpp"
 #include "antdt/emulation.hpp"
-#include "controller/simulator.hpp"
+#include "sim/simulator.hpp"
 
 namespace {
 
@@ -41,21 +41,23 @@ SimConfig base(const std::vector<double>& speeds, std::int64_t steps) {
   c.seconds_per_sample = 1e-3;
   c.controller.global_batch = 256 * static_cast<std::int64_t>(speeds.size());
   c.controller.caps = {128};
-  c.controller.cost.gradient_bytes = 4 * 1'000'000;  // a 1M-parameter fp32 model
-  c.controller.cost.beta = 1.0 / 10e9;               // 10 GB/s
+  c.gradient_bytes = 4 * 1'000'000;     // a 1M-parameter fp32 model
+  c.controller.cost.beta = 1.0 / 10e9;  // 10 GB/s, as the simulated links
+  c.network.beta = 1.0 / 10e9;
+  c.charge_decision_time = false;
   return c;
 }
 
 void efficiency_case(const std::vector<double>& speeds, std::int64_t steps, double jitter) {
   SimConfig c = base(speeds, steps);
-  c.jitter = jitter;
+  c.emulation.jitter = jitter;
   c.emulation.seed = 1;
   const double sum = std::accumulate(speeds.begin(), speeds.end(), 0.0);
   const double min = *std::min_element(speeds.begin(), speeds.end());
   const double n = static_cast<double>(speeds.size());
   std::printf("\n%zu ranks, speeds %s, B %lld, caps 128, %lld steps, jitter %g, grad %lld B @ 10 GB/s\n", speeds.size(),
               join(speeds).c_str(), static_cast<long long>(c.controller.global_batch), static_cast<long long>(steps),
-              jitter, static_cast<long long>(c.controller.cost.gradient_bytes));
+              jitter, static_cast<long long>(c.gradient_bytes));
   std::printf("  limits: static N*min/sum = %.3f, balancing gain <= mean/min = %.3fx\n", n * min / sum,
               (sum / n) / min);
   std::printf("  %-8s %12s %12s %8s %8s %8s %12s %10s\n", "policy", "samples/s", "ideal", "eff", "idle", "changes",
@@ -67,7 +69,7 @@ void efficiency_case(const std::vector<double>& speeds, std::int64_t steps, doub
     if (static_tp == 0.0) static_tp = r.throughput;
     std::printf("  %-8s %12.1f %12.1f %8.3f %8.3f %8lld %12lld %10.4f\n", policy, r.throughput, r.ideal_throughput,
                 r.efficiency, r.idle_fraction, static_cast<long long>(r.plan_changes),
-                static_cast<long long>(r.last_change_effective_step), r.mean_prediction_error);
+                static_cast<long long>(r.last_change_effective_step), r.prediction_error_mean);
     if (r.policy == "dd") std::printf("  dd / static throughput: %.3fx\n", r.throughput / static_tp);
   }
 }
@@ -78,7 +80,7 @@ void flapping_case(double p, double factor, std::int64_t duration, int seeds, st
   for (int seed = 1; seed <= seeds; ++seed) {
     SimConfig c = base({1, 1, 1, 1}, steps);
     c.controller.policy = "dd";
-    c.jitter = 0.02;
+    c.emulation.jitter = 0.02;
     c.emulation.transient_probability = p;
     c.emulation.transient_factor = factor;
     c.emulation.transient_steps = duration;

@@ -17,6 +17,7 @@ namespace antdt {
 namespace {
 
 constexpr std::uint64_t kTransientStream = 0x7472616e73ULL;  // "trans"
+constexpr std::uint64_t kJitterStream = 0x6a6974746572ULL;   // "jitter"
 
 std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
@@ -51,7 +52,7 @@ bool EmulationOptions::active() const noexcept {
   bool slowed = false;
   for (const double s : speeds) slowed = slowed || s != 1.0;
   const bool transient = transient_probability > 0.0 && transient_factor != 1.0 && transient_steps > 0;
-  return slowed || transient || virtual_seconds_per_sample > 0.0;
+  return slowed || transient || virtual_seconds_per_sample > 0.0 || jitter > 0.0;
 }
 
 std::string EmulationOptions::describe() const {
@@ -61,7 +62,9 @@ std::string EmulationOptions::describe() const {
   const char* sep = " ";
   if (!speeds.empty()) {
     out << sep << "speeds ";
-    for (std::size_t i = 0; i < speeds.size(); ++i) out << (i ? "," : "") << speeds[i];
+    constexpr std::size_t kListed = 16;  // a readable line at any world size
+    for (std::size_t i = 0; i < speeds.size() && i < kListed; ++i) out << (i ? "," : "") << speeds[i];
+    if (speeds.size() > kListed) out << ",...(" << speeds.size() << " ranks)";
     sep = "; ";
   }
   if (transient_probability > 0.0 && transient_steps > 0) {
@@ -71,6 +74,10 @@ std::string EmulationOptions::describe() const {
   }
   if (virtual_seconds_per_sample > 0.0) {
     out << sep << "virtual device " << virtual_seconds_per_sample << " s/sample at speed 1";
+    sep = "; ";
+  }
+  if (jitter > 0.0) {
+    out << sep << "jitter " << jitter;
     sep = "; ";
   }
   out << sep << "seed " << seed;
@@ -109,7 +116,13 @@ void parse_transient(std::string_view text, EmulationOptions& options) {
 }
 
 SpeedEmulator::SpeedEmulator(const EmulationOptions& options, int rank, int world_size)
-    : options_(options), rank_(rank) {
+    : rank_(rank),
+      transient_probability_(options.transient_probability),
+      transient_factor_(options.transient_factor),
+      transient_steps_(options.transient_steps),
+      seconds_per_sample_(options.virtual_seconds_per_sample),
+      jitter_(options.jitter),
+      seed_(options.seed) {
   if (world_size < 1 || rank < 0 || rank >= world_size) {
     throw UsageError("emulation: rank " + std::to_string(rank) + " is not in a world of " + std::to_string(world_size));
   }
@@ -121,25 +134,32 @@ SpeedEmulator::SpeedEmulator(const EmulationOptions& options, int rank, int worl
   if (n >= 1) speed_ = options.speeds[n == 1 ? 0 : static_cast<std::size_t>(rank)];
   if (!(speed_ > 0.0) || !std::isfinite(speed_)) throw UsageError("--emulate-speed: speeds must be finite and > 0");
   if (options.virtual_seconds_per_sample < 0.0) throw UsageError("virtual device: seconds per sample must be >= 0");
+  if (!(options.jitter >= 0.0 && options.jitter < 1.0)) throw UsageError("emulation: jitter must be in [0, 1)");
   emulated_ = options.active();
 }
 
 double SpeedEmulator::slowdown(std::int64_t step) const {
-  const auto& o = options_;
-  if (!(o.transient_probability > 0.0) || o.transient_steps <= 0 || step < 0) return 1.0;
-  for (std::int64_t start = step; start > step - o.transient_steps && start >= 0; --start) {
-    const double u = detail::counter_uniform(o.seed, kTransientStream, static_cast<std::uint64_t>(rank_),
+  if (!(transient_probability_ > 0.0) || transient_steps_ <= 0 || step < 0) return 1.0;
+  for (std::int64_t start = step; start > step - transient_steps_ && start >= 0; --start) {
+    const double u = detail::counter_uniform(seed_, kTransientStream, static_cast<std::uint64_t>(rank_),
                                              static_cast<std::uint64_t>(start));
-    if (u < o.transient_probability) return o.transient_factor;
+    if (u < transient_probability_) return transient_factor_;
   }
   return 1.0;
+}
+
+double SpeedEmulator::noise(std::int64_t step) const {
+  if (!(jitter_ > 0.0) || step < 0) return 1.0;
+  const double u = detail::counter_uniform(seed_, kJitterStream, static_cast<std::uint64_t>(rank_),
+                                           static_cast<std::uint64_t>(step));
+  return 1.0 + jitter_ * (2.0 * u - 1.0);
 }
 
 double SpeedEmulator::target_compute_seconds(double measured, std::int64_t samples, std::int64_t step) const {
   if (!emulated_) return measured;
   double target = 0.0;
-  if (options_.virtual_seconds_per_sample > 0.0) {
-    target = static_cast<double>(samples) * options_.virtual_seconds_per_sample / speed_ * slowdown(step);
+  if (seconds_per_sample_ > 0.0) {
+    target = static_cast<double>(samples) * seconds_per_sample_ / speed_ * slowdown(step) * noise(step);
   } else {
     target = measured / speed_ * slowdown(step);
   }
@@ -147,7 +167,7 @@ double SpeedEmulator::target_compute_seconds(double measured, std::int64_t sampl
 }
 
 double SpeedEmulator::virtual_throughput() const noexcept {
-  return options_.virtual_seconds_per_sample > 0.0 ? speed_ / options_.virtual_seconds_per_sample : 0.0;
+  return seconds_per_sample_ > 0.0 ? speed_ / seconds_per_sample_ : 0.0;
 }
 
 void wait_for(double seconds) {

@@ -34,7 +34,7 @@ StepCoordinator::StepCoordinator(const StepCoordinatorOptions& options, dds::Coo
     : options_(options), dds_(std::move(dds)), controller_(std::move(controller)) {}
 
 template <class F>
-auto StepCoordinator::timed_dds(F&& f) {
+auto StepCoordinator::timed(double& total, F&& f) {
   const double t0 = clock_ ? clock_() : 0.0;
   struct Add {  // adds the time on every way out, exceptions included
     const std::function<double()>& clock;
@@ -43,7 +43,7 @@ auto StepCoordinator::timed_dds(F&& f) {
     ~Add() {
       if (clock) total += clock() - t0;
     }
-  } add{clock_, t0, dds_seconds_};
+  } add{clock_, t0, total};
   return f();
 }
 
@@ -69,7 +69,7 @@ void StepCoordinator::grant_into(StepDecision& d) {
   const auto world = static_cast<std::size_t>(controller_.options().world_size);
   d.offsets.assign(world + 1, 0);
   if (finished_) return;
-  const std::vector<dds::Grant> granted = timed_dds([&] { return dds_.grant(coming_demand()); });
+  const std::vector<dds::Grant> granted = timed(dds_seconds_, [&] { return dds_.grant(coming_demand()); });
   for (const auto& g : granted) ++d.offsets[static_cast<std::size_t>(g.rank) + 1];
   for (std::size_t r = 0; r < world; ++r) d.offsets[r + 1] += d.offsets[r];
   std::vector<std::size_t> next(d.offsets.begin(), d.offsets.end() - 1);
@@ -144,7 +144,7 @@ StepDecision StepCoordinator::decide(std::span<const StepReport> reports) {
   std::transform(reports.begin(), reports.end(), consumed.begin(), [](const StepReport& r) { return r.consumed; });
   dds::Coordinator::StepResult committed;
   try {
-    committed = timed_dds([&] { return dds_.commit_step(consumed); });
+    committed = timed(dds_seconds_, [&] { return dds_.commit_step(consumed); });
   } catch (const UsageError& e) {
     return rejected(ReplyStatus::usage_error, e.what());
   } catch (const Error& e) {
@@ -161,7 +161,7 @@ StepDecision StepCoordinator::decide(std::span<const StepReport> reports) {
     totals.max_compute_seconds = std::max(totals.max_compute_seconds, r.compute_seconds);
   }
   d.record = record_of(stats, totals.loss_sum);
-  if (std::optional<Plan> next = controller_.on_step(step_, stats)) {
+  if (std::optional<Plan> next = timed(controller_seconds_, [&] { return controller_.on_step(step_, stats); })) {
     d.plan = std::make_shared<const Plan>(std::move(*next));
     plans_.issue(d.plan);
     totals.plan_follows = true;

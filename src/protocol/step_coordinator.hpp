@@ -87,9 +87,11 @@ class StepCoordinator {
   [[nodiscard]] std::int64_t committed_total() const noexcept { return committed_total_; }
   [[nodiscard]] bool finished() const noexcept { return finished_; }
   // Profiling only: a clock the coordinator reads around its DDS work (commit, coverage,
-  // grants) to add up dds_seconds(). Decisions never depend on it.
+  // grants) and around the Controller to add up dds_seconds() and controller_seconds().
+  // Decisions never depend on it.
   void set_profiling_clock(std::function<double()> clock) { clock_ = std::move(clock); }
   [[nodiscard]] double dds_seconds() const noexcept { return dds_seconds_; }
+  [[nodiscard]] double controller_seconds() const noexcept { return controller_seconds_; }
 
  private:
   StepCoordinator(const StepCoordinatorOptions& options, dds::Coordinator dds, Controller controller);
@@ -101,7 +103,7 @@ class StepCoordinator {
   void grant_into(StepDecision& decision);
   [[nodiscard]] StepDecision rejected(ReplyStatus status, std::string why) const;
   template <class F>
-  auto timed_dds(F&& f);
+  auto timed(double& total, F&& f);
 
   StepCoordinatorOptions options_;
   dds::Coordinator dds_;
@@ -112,6 +114,7 @@ class StepCoordinator {
   bool finished_ = false;
   std::function<double()> clock_;
   double dds_seconds_ = 0.0;
+  double controller_seconds_ = 0.0;
 };
 
 }  // namespace antdt::protocol

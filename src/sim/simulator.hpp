@@ -1,0 +1,102 @@
+// Private: the step protocol's second application (docs/protocol.md): a discrete-event
+// simulation of a data-parallel job that runs the REAL step code with no MPI and no sleeping.
+// One Agent per simulated rank (with a virtual clock) and one StepCoordinator, exactly as in a
+// job: the real DDS ledger, grants, commits and coverage counters, the real Monitor,
+// Controller and planner. Only the compute and the network are modelled:
+//   - rank i's compute for b samples takes b * c / speed_i (x transient slowdowns, x jitter),
+//     waited out on its virtual clock by the Agent's own speed emulator;
+//   - the network is this file's own model (NetworkModel), independent of the cost model the
+//     Controller plans with, so the cost model's prediction error is measured, not assumed.
+// Used by antdt-sim, antdt-bench-controller, the perf/ studies and the tests.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "antdt/controller.hpp"
+#include "antdt/dds.hpp"
+#include "antdt/emulation.hpp"
+
+namespace antdt::sim {
+
+// The simulated interconnect: every rank's link has latency alpha and beta seconds per byte,
+// some links slower (beta x factor). Collectives run at the pace of the slowest link they use.
+struct NetworkModel {
+  // ring: 2(p-1) latencies, 2(p-1)/p x bytes over the slowest link; tree: a pipelined double
+  // binary tree, 2 ceil(log2 p) latencies and 2 x bytes; automatic: the faster of the two for
+  // the size, as NCCL picks.
+  enum class Allreduce { automatic, ring, tree };
+  Allreduce allreduce = Allreduce::automatic;
+  double alpha = 5e-6;              // seconds per message on a link
+  double beta = 1.0 / 10e9;         // seconds per byte on a link (10 GB/s)
+  std::vector<double> link_factor;  // per rank, multiplies its beta (empty or 1: nominal)
+
+  // The gradient all-reduce of `bytes` over `p` ranks.
+  [[nodiscard]] double allreduce_seconds(int p, double bytes) const;
+  // Rank 0's gather of `bytes_each` from every rank (binomial tree: log2 p latencies; the root
+  // receives (p-1) x bytes_each), and the matching scatter of each rank's reply.
+  [[nodiscard]] double gather_seconds(int p, double bytes_each) const;
+  // A broadcast of `bytes` from rank 0 (binomial tree).
+  [[nodiscard]] double broadcast_seconds(int p, double bytes) const;
+  [[nodiscard]] double worst_beta(int p) const;
+};
+
+struct SimConfig {
+  std::vector<double> speeds;  // relative speed per rank (1 = 1/c samples/s); its size is the world
+  std::int64_t steps = 500;
+  std::int64_t dataset_size = 0;  // N; 0: 20 global batches
+  std::int64_t max_epochs = 0;    // 0: stop by steps only
+  std::int64_t shard_size = 0;    // 0: about 10 per-rank shares, as the Session picks
+  int prefetch_steps = 2;
+  double seconds_per_sample = 1e-3;  // c at speed 1
+  double overhead_seconds = 0.0;     // data wait of every rank in every step
+  std::int64_t gradient_bytes = 0;   // bytes of the gradient all-reduce
+  EmulationOptions emulation;        // transient_*, jitter and seed; speeds and c come from above
+  ControllerOptions controller;      // policy, global batch, caps, thresholds, cost model
+  NetworkModel network;
+  // Add the coordinator's real decision time (measured on this machine) to each simulated step:
+  // it is on the critical path between the gather and the replies. Off for reproducible times.
+  bool charge_decision_time = true;
+};
+
+struct SimResult {
+  std::string policy;
+  int ranks = 0;
+  std::int64_t steps = 0;
+  std::int64_t samples = 0;       // committed
+  double seconds = 0.0;           // simulated wall time
+  double throughput = 0.0;        // samples / seconds
+  double ideal_throughput = 0.0;  // sum_i speed_i / c (no transients, no overhead, no network)
+  double efficiency = 0.0;        // throughput / ideal_throughput; never above 1
+  // The same from the step the first plan change took effect (from step 0 without a change).
+  std::int64_t settled_from_step = 0;
+  double settled_efficiency = 0.0;
+  double idle_fraction = 0.0;  // 1 - sum_steps mean_i t_i / sum_steps max_i t_i
+  std::int64_t plan_changes = 0;
+  std::int64_t last_change_effective_step = 0;  // 0 when the plan never changed
+  // |predicted - simulated| / simulated step time, where the Controller's cost model predicted.
+  double prediction_error_median = 0.0;
+  double prediction_error_mean = 0.0;
+  // The coordinator's decide() per step, real wall time on this machine, and the part of it
+  // spent in the Controller (Monitor, classes, policy); the rest is the DDS commit and grants.
+  double decision_seconds_median = 0.0;
+  double decision_seconds_max = 0.0;
+  double controller_seconds_median = 0.0;
+  // Control traffic: what one rank sends and receives per step (the largest reply, plan steps
+  // included), and what rank 0 gathers; and the modelled time of the exchange per step.
+  std::size_t report_bytes = 0;
+  std::size_t reply_bytes_max = 0;
+  std::size_t reply_bytes_typical = 0;  // a reply on a step without a new plan
+  std::size_t gather_bytes = 0;         // at rank 0, per step
+  double control_seconds_median = 0.0;  // gather + scatter (+ plan broadcast), modelled
+  double allreduce_seconds = 0.0;       // modelled, per step
+  std::vector<dds::Coordinator::EpochCoverage> coverage;
+  std::int64_t duplicated = 0, missing = 0;  // over completed epochs; both must be 0
+  std::vector<Plan> plans;                   // the plans of the run, in order
+};
+
+// Throws UsageError on an empty speed list or bad options (as the Session does).
+[[nodiscard]] SimResult simulate(const SimConfig& config);
+
+}  // namespace antdt::sim
