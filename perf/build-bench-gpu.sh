@@ -16,8 +16,8 @@ sed -e 's/#cmakedefine01 ANTDT_HAVE_CUDA/#define ANTDT_HAVE_CUDA 1/' \
     -e 's/#cmakedefine01 \([A-Z_0-9]*\)/#define \1 0/' \
     -e 's/@PROJECT_VERSION_MAJOR@/0/; s/@PROJECT_VERSION_MINOR@/1/; s/@PROJECT_VERSION_PATCH@/0/; s/@PROJECT_VERSION@/0.1.0/' \
     "$ROOT/include/antdt/config.hpp.in" > "$gen/antdt/config.hpp"
-"$NVCC" -O3 -std=c++20 -gencode "arch=compute_$arch,code=sm_$arch" -I"$ROOT/include" -I"$gen" -I"$ROOT/kernels" \
+"$NVCC" -O3 -std=c++20 -gencode "arch=compute_$arch,code=sm_$arch" -I"$ROOT/include" -I"$gen" -I"$ROOT/kernels" -I"$ROOT/src" \
   -I"$ROOT/tests/compute" \
   "$ROOT/perf/compute/gpu_bench.cpp" "$ROOT/kernels/cuda/mlp_cuda.cpp" "$ROOT/kernels/cuda/mlp_kernels.cu" \
-  "$ROOT/kernels/host/mlp_common.cpp" "$ROOT/src/core/plan.cpp" "$ROOT/src/core/error_cuda.cpp" "$ROOT/src/core/device.cpp" \
+  "$ROOT/kernels/host/mlp_common.cpp" "$ROOT/src/core/plan.cpp" "$ROOT/src/core/error_cuda.cpp" "$ROOT/src/core/device_copy_cuda.cpp" "$ROOT/src/core/device.cpp" \
   "$ROOT/src/core/log.cpp" -lcublas "$@" -o "$output"

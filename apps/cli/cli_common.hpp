@@ -38,6 +38,32 @@ struct AgreedFailure {
   int code;
 };
 
+// All ranks learn whether any rank failed a local step (opening a file, say); the failing
+// ranks print their own message. Keeps every rank out of a collective that would hang.
+inline void agree(MPI_Comm comm, const std::function<void()>& local, const char* app = "antdt-train") {
+  int bad = 0;
+  std::string what;
+  int code = 0;
+  try {
+    local();
+  } catch (const UsageError& e) {
+    bad = 1, code = kExitUsage, what = e.what();
+  } catch (const FileError& e) {
+    bad = 1, code = kExitUsage, what = e.what();
+  } catch (const std::exception& e) {
+    bad = 1, code = kExitRuntime, what = e.what();
+  }
+  int codes[2] = {bad, code};
+  int worst[2] = {0, 0};
+  MPI_Allreduce(codes, worst, 2, MPI_INT, MPI_MAX, comm);
+  if (worst[0]) {
+    int rank = 0;
+    MPI_Comm_rank(comm, &rank);
+    if (bad) std::fprintf(stderr, "%s: error (rank %d): %s\n", app, rank, what.c_str());
+    throw AgreedFailure{worst[1]};
+  }
+}
+
 // Parses; on --help prints it (rank 0) and returns 0; on a bad option prints one line
 // (rank 0) and returns kExitUsage; otherwise returns -1 (go on).
 inline int parse(CLI::App& app, int argc, char** argv, int rank) {

@@ -10,6 +10,7 @@
 #include "antdt/device.hpp"
 #include "antdt/emulation.hpp"
 #include "antdt/error.hpp"
+#include "antdt/evaluate.hpp"
 #include "antdt/launcher.hpp"
 #include "antdt/log.hpp"
 #include "antdt/model.hpp"
@@ -21,3 +22,4 @@
 #include "antdt/report.hpp"
 #include "antdt/runtime.hpp"
 #include "antdt/session.hpp"
+#include "antdt/step.hpp"

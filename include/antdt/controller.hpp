@@ -73,6 +73,9 @@ class PolicyPlugin {
   virtual ~PolicyPlugin();
   [[nodiscard]] virtual std::string name() const = 0;
   [[nodiscard]] virtual std::optional<Plan> decide(const ControllerContext& context) = 0;
+  // Whether the policy moves work between ranks at all. One that does not (static, plain BSP)
+  // keeps equal shares: no GPU-generation prior seeds its first split and no probe is run.
+  [[nodiscard]] virtual bool rebalances() const { return true; }
   [[nodiscard]] virtual std::vector<std::byte> save_state() const { return {}; }
   virtual void load_state(std::span<const std::byte> /*state*/) {}
 };
@@ -85,6 +88,8 @@ void register_policy(const std::string& name, PolicyFactory factory);
 // A new instance of the named policy; UsageError listing the known names if none matches.
 [[nodiscard]] std::unique_ptr<PolicyPlugin> make_policy(const std::string& name);
 [[nodiscard]] std::vector<std::string> policy_names();  // sorted
+// make_policy(name)->rebalances(): UsageError for an unknown name.
+[[nodiscard]] bool policy_rebalances(const std::string& name);
 
 class Controller {
  public:
@@ -109,6 +114,7 @@ class Controller {
   [[nodiscard]] const ControllerOptions& options() const noexcept { return options_; }
   [[nodiscard]] const CostModel& cost_model() const noexcept { return cost_; }
   [[nodiscard]] std::string policy_name() const { return policy_->name(); }
+  [[nodiscard]] bool rebalances() const { return policy_->rebalances(); }
   // Cost-model prediction for plan() with the Monitor's current estimates (0 before any
   // rank has timing); compare with monitor().step_seconds(), the measured one.
   [[nodiscard]] double predicted_step_seconds() const;

@@ -9,7 +9,7 @@
 //
 // Everything here is pure C++ (no MPI): the Ledger is the state machine, the Coordinator is
 // rank 0's service logic on top of it, and the Client is every rank's mirror of its own
-// grants. antdt::dds::Service (src/dds/service.hpp) carries them over MPI.
+// grants. The step protocol (docs/protocol.md) carries them over MPI.
 //
 // Position space: N samples are cut into S = ceil(N / shard_size) shards; shard s holds the
 // indices [s*shard_size, min(N, (s+1)*shard_size)). Each epoch visits the shards in its own

@@ -36,4 +36,8 @@ using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
 // SLURM_ARRAY_TASK_ID as "_N" when set). Throws UsageError on malformed numbers.
 [[nodiscard]] LaunchInfo discover_launch(MPI_Comm comm, const EnvLookup& env = process_env());
 
+// Replaces "%j" in an output path with the job id (LaunchInfo::job_id), or "local" when there
+// is none, as Slurm's own file patterns do.
+[[nodiscard]] std::string expand_job_id(const std::string& path, const std::string& job_id);
+
 }  // namespace antdt

@@ -105,7 +105,4 @@ class TimelineWriter {
 // FNV-1a 64-bit hash of raw bytes, as 16 hex digits.
 [[nodiscard]] std::string fnv1a_hex(const void* data, std::size_t bytes);
 
-// Replaces "%j" in `path` with the job id (or "local" when there is none).
-[[nodiscard]] std::string expand_job_id(const std::string& path, const std::string& job_id);
-
 }  // namespace antdt

@@ -292,12 +292,4 @@ std::unique_ptr<Model> make_cuda_mlp(const MlpConfig& config, const DeviceInfo& 
   return std::make_unique<CudaMlp>(config, device.device_id);
 }
 
-void copy_device_to_host(void* host_dst, const void* device_src, std::size_t bytes) {
-  ANTDT_CHECK_CUDA(cudaMemcpy(host_dst, device_src, bytes, cudaMemcpyDeviceToHost));
-}
-
-void copy_host_to_device(void* device_dst, const void* host_src, std::size_t bytes) {
-  ANTDT_CHECK_CUDA(cudaMemcpy(device_dst, host_src, bytes, cudaMemcpyHostToDevice));
-}
-
 }  // namespace antdt::detail

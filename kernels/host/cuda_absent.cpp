@@ -1,5 +1,5 @@
 // The CUDA side of the MLP bridge in builds without CUDA. No model or buffer ever lives on a
-// device there, so the copies are unreachable.
+// device there, so make_cuda_mlp says why.
 #include <cstddef>
 #include <memory>
 
@@ -12,14 +12,6 @@ std::unique_ptr<Model> make_cuda_mlp(const MlpConfig&, const DeviceInfo&) {
   throw DeviceError(
       "a CUDA model was requested but this build of antdt has no CUDA support; "
       "rebuild with -DANTDT_ENABLE_CUDA=ON or use the host device");
-}
-
-void copy_device_to_host(void*, const void*, std::size_t) {
-  ANTDT_ASSERT(false, "device copy in a build without CUDA");
-}
-
-void copy_host_to_device(void*, const void*, std::size_t) {
-  ANTDT_ASSERT(false, "device copy in a build without CUDA");
 }
 
 }  // namespace antdt::detail

@@ -10,6 +10,7 @@
 
 #include "antdt/error.hpp"
 #include "antdt/plan.hpp"
+#include "core/device_copy.hpp"
 
 namespace antdt {
 

@@ -52,10 +52,8 @@ void check_labels(const std::int32_t* labels, std::int64_t n, std::int64_t class
 
 [[nodiscard]] std::unique_ptr<Model> make_host_mlp(const MlpConfig& config);
 
-// Defined by kernels/cuda in CUDA builds; by kernels/host/cuda_absent.cpp otherwise (where
-// make_cuda_mlp throws DeviceError and the copies are never reached: no buffer is on a device).
+// Defined by kernels/cuda in CUDA builds; by kernels/host/cuda_absent.cpp otherwise (where it
+// throws DeviceError).
 [[nodiscard]] std::unique_ptr<Model> make_cuda_mlp(const MlpConfig& config, const DeviceInfo& device);
-void copy_device_to_host(void* host_dst, const void* device_src, std::size_t bytes);
-void copy_host_to_device(void* device_dst, const void* host_src, std::size_t bytes);
 
 }  // namespace antdt::detail

@@ -62,6 +62,7 @@ void fill(const std::vector<std::int64_t>& idx, std::int64_t dim, std::int64_t c
 
 struct RunResult {
   double throughput = 0, ideal = 0, ideal_measured = 0, control_fraction = 0, dds_fraction = 0;
+  std::size_t reply_bytes = 0;  // most bytes any rank received in one step's control exchange
   std::int64_t plan_changes = 0;
   std::vector<std::int64_t> split;
 };
@@ -97,6 +98,7 @@ RunResult run_session(const Options& o, const std::string& policy, const Emulati
   }
   double t0 = 0, control = 0;
   std::int64_t measured_samples = 0;
+  unsigned long long bytes = 0;
   for (std::int64_t step = 0; !s.finished(); ++step) {
     if (step == o.warmup) {
       MPI_Barrier(MPI_COMM_WORLD);
@@ -120,6 +122,7 @@ RunResult run_session(const Options& o, const std::string& policy, const Emulati
     if (step >= o.warmup) {
       control += MPI_Wtime() - c1;
       measured_samples += sum.samples;
+      if (!sum.plan_changed) bytes = std::max<unsigned long long>(bytes, s.control_bytes_received());
     }
   }
   MPI_Barrier(MPI_COMM_WORLD);
@@ -144,6 +147,8 @@ RunResult run_session(const Options& o, const std::string& policy, const Emulati
   MPI_Bcast(&r.dds_fraction, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
   if (r.ideal <= 0) r.ideal = r.ideal_measured;
   MPI_Bcast(&r.plan_changes, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, &bytes, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
+  r.reply_bytes = bytes;
   return r;
 }
 
@@ -291,9 +296,11 @@ int main(int argc, char** argv) {
   }
   std::vector<std::vector<double>> eff(policies.size()), thr(policies.size()), ctrl(policies.size()),
       dds(policies.size());
+  std::size_t reply_bytes = 0;
   for (int r = 0; r < o.repeats; ++r) {
     for (std::size_t p = 0; p < policies.size(); ++p) {  // policies interleaved within each repeat
       const RunResult a = run_session(o, policies[p], emu);
+      reply_bytes = std::max(reply_bytes, a.reply_bytes);
       eff[p].push_back(a.throughput / a.ideal);
       thr[p].push_back(a.throughput);
       ctrl[p].push_back(a.control_fraction);
@@ -314,6 +321,10 @@ int main(int argc, char** argv) {
           world, o.speeds.c_str(), policies[p].c_str(), median(eff[p]), median(thr[p]), median(ctrl[p]),
           median(dds[p]));
     }
+    std::printf(
+        "RESULT control ranks=%d bytes_received_per_rank_per_step=%zu (the largest, steps without a new plan; "
+        "report sent: 69)\n",
+        world, reply_bytes);
     if (policies.size() == 2) {
       std::vector<double> ratio;
       for (std::size_t r = 0; r < thr[0].size(); ++r) ratio.push_back(thr[1][r] / thr[0][r]);

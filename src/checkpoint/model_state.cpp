@@ -8,20 +8,9 @@
 #include "antdt/comm.hpp"
 #include "antdt/error.hpp"
 #include "antdt/model.hpp"
+#include "core/collectives.hpp"
 
 namespace antdt {
-
-namespace {
-
-template <class T>
-void broadcast(std::vector<T>& v, MPI_Datatype type, const Communicator& comm) {
-  std::uint64_t n = v.size();
-  ANTDT_CHECK_MPI(MPI_Bcast(&n, 1, MPI_UINT64_T, 0, comm.get()));
-  v.resize(n);
-  ANTDT_CHECK_MPI(MPI_Bcast(v.data(), static_cast<int>(n), type, 0, comm.get()));
-}
-
-}  // namespace
 
 void save_model_state(CheckpointWriter& writer, const Model& model) {
   writer.put_floats("model/parameters", model.parameters());
@@ -44,14 +33,14 @@ void restore_model_state(const CheckpointReader* reader, Model& model, const Com
       error.assign(what.begin(), what.end());
     }
   }
-  broadcast(error, MPI_CHAR, comm);
+  error = detail::broadcast_vector(comm, std::move(error), MPI_CHAR);
   if (!error.empty()) {
     if (comm.is_root()) throw CheckpointError(std::string(error.begin(), error.end()));
     throw CheckpointError("restoring the model failed on rank 0 (see its message)");
   }
-  broadcast(params, MPI_FLOAT, comm);
-  broadcast(state, MPI_FLOAT, comm);
-  broadcast(steps, MPI_INT64_T, comm);
+  params = detail::broadcast_vector(comm, std::move(params), MPI_FLOAT);
+  state = detail::broadcast_vector(comm, std::move(state), MPI_FLOAT);
+  steps = detail::broadcast_vector(comm, std::move(steps), MPI_INT64_T);
   model.set_parameters(params);
   model.set_optimizer_state(state);
   model.set_optimizer_steps(steps[0]);

@@ -34,6 +34,7 @@ class StaticPolicy final : public PolicyPlugin {
  public:
   [[nodiscard]] std::string name() const override { return "static"; }
   [[nodiscard]] std::optional<Plan> decide(const ControllerContext& /*context*/) override { return std::nullopt; }
+  [[nodiscard]] bool rebalances() const override { return false; }
 };
 
 class DdPolicy final : public PolicyPlugin {
@@ -188,5 +189,7 @@ std::unique_ptr<PolicyPlugin> make_policy(const std::string& name) {
   if (!policy) throw UsageError("the factory of policy '" + name + "' returned no policy");
   return policy;
 }
+
+bool policy_rebalances(const std::string& name) { return make_policy(name)->rebalances(); }
 
 }  // namespace antdt

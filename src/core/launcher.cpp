@@ -104,4 +104,17 @@ LaunchInfo discover_launch(MPI_Comm comm, const EnvLookup& env) {
   return info;
 }
 
+std::string expand_job_id(const std::string& path, const std::string& job_id) {
+  std::string out;
+  for (std::size_t i = 0; i < path.size(); ++i) {
+    if (path[i] == '%' && i + 1 < path.size() && path[i + 1] == 'j') {
+      out += job_id.empty() ? "local" : job_id;
+      ++i;
+    } else {
+      out += path[i];
+    }
+  }
+  return out;
+}
+
 }  // namespace antdt

@@ -6,6 +6,7 @@
 #include "antdt/checkpoint.hpp"
 #include "antdt/error.hpp"
 #include "antdt/log.hpp"
+#include "antdt/planner.hpp"
 #include "core/bytes.hpp"
 #include "core/plan_codec.hpp"
 
@@ -165,6 +166,10 @@ StepDecision StepCoordinator::decide(std::span<const StepReport> reports) {
     d.plan = std::make_shared<const Plan>(std::move(*next));
     plans_.issue(d.plan);
     totals.plan_follows = true;
+    ANTDT_LOG(info) << "step " << step_ << ": plan v" << d.plan->version << " from step " << d.plan->effective_step
+                    << ": " << d.plan->reason << " (cost model: " << controller_.predicted_step_seconds() * 1e3
+                    << " ms/step predicted; measured median " << controller_.monitor().step_seconds() * 1e3
+                    << " ms under the old plan)";
   }
   finished_ = reached_end_after(step_ + 1);
   grant_into(d);
@@ -182,6 +187,19 @@ const Plan& StepCoordinator::install_plan(Plan plan) {
   return installed;
 }
 
+const Plan& StepCoordinator::install_probe(std::span<const double> x, std::span<const double> priors, int repetitions) {
+  const ControllerOptions& o = controller_.options();
+  Plan p = controller_.rebalances() ? initial_plan(o.global_batch, x, o.caps, priors, 0) : plans_.current();
+  p.reason = "planner: initial split from a " + std::to_string(repetitions) + "-step probe";
+  p.effective_step = 0;
+  const Plan& installed = install_plan(std::move(p));
+  std::string shares;
+  for (auto b : installed.batch) shares += (shares.empty() ? "" : ",") + std::to_string(b);
+  ANTDT_LOG(info) << "probe: x_i measured, initial split [" << shares << "], predicted step "
+                  << controller_.cost_model().predict_step_seconds(installed, x) * 1e3 << " ms";
+  return installed;
+}
+
 ResumeState StepCoordinator::resume_state() const {
   ResumeState s;
   s.step = step_;
@@ -192,7 +210,6 @@ ResumeState StepCoordinator::resume_state() const {
   s.shuffle_shards = order.shuffle_shards;
   s.shuffle_within_shard = order.shuffle_within_shard;
   s.finished = finished_;
-  s.has_pending = plans_.pending() != nullptr;
   return s;
 }
 

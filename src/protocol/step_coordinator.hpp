@@ -76,6 +76,9 @@ class StepCoordinator {
 
   // Replaces the plan in force before the first step (a startup probe's split).
   const Plan& install_plan(Plan plan);
+  // The plan of a startup probe: every rank's measured throughput x (and GPU-generation
+  // priors, 0 = unknown) give the first split of a policy that rebalances; others keep theirs.
+  const Plan& install_probe(std::span<const double> x, std::span<const double> priors, int repetitions);
 
   // Where the run stands, for the ranks that resume with it (plans go beside it).
   [[nodiscard]] ResumeState resume_state() const;

@@ -67,7 +67,7 @@ struct StepReply {
 };
 
 // Rank 0 -> every rank, once, after Session::restore: where the run resumes. The plans in
-// force and pending follow it (plan codec).
+// force and pending follow it (plan codec; an empty message for no pending plan).
 struct ResumeState {
   static constexpr std::uint8_t kVersion = 1;
 
@@ -81,12 +81,11 @@ struct ResumeState {
   bool shuffle_shards = true;
   bool shuffle_within_shard = false;
   bool finished = false;  // a run resumed past its limits has nothing to do
-  bool has_pending = false;
 
   template <class Self, class F>
   static void fields(Self& m, F&& f) {
     f(m.status), f(m.error), f(m.step), f(m.completed_epochs), f(m.committed_total), f(m.shard_size),
-        f(m.shuffle_shards), f(m.shuffle_within_shard), f(m.finished), f(m.has_pending);
+        f(m.shuffle_shards), f(m.shuffle_within_shard), f(m.finished);
   }
 };
 

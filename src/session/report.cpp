@@ -362,17 +362,4 @@ std::string fnv1a_hex(const void* data, std::size_t bytes) {
   return buf;
 }
 
-std::string expand_job_id(const std::string& path, const std::string& job_id) {
-  std::string out;
-  for (std::size_t i = 0; i < path.size(); ++i) {
-    if (path[i] == '%' && i + 1 < path.size() && path[i + 1] == 'j') {
-      out += job_id.empty() ? "local" : job_id;
-      ++i;
-    } else {
-      out += path[i];
-    }
-  }
-  return out;
-}
-
 }  // namespace antdt

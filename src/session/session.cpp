@@ -18,65 +18,26 @@
 #include "antdt/planner.hpp"
 #include "antdt/reduce.hpp"
 #include "core/bytes.hpp"
+#include "core/collectives.hpp"
 #include "core/control_channel.hpp"
 #include "core/plan_codec.hpp"
 #include "protocol/step_coordinator.hpp"
 #include "session/run_recorder.hpp"
+#include "session/session_setup.hpp"
 
 namespace antdt {
 
 namespace {
 
-void validate(const SessionOptions& o, int world) {
-  if (o.dataset_size < 1) throw UsageError("Session: the data set is empty (dataset_size must be at least 1)");
-  if (o.global_batch < 1) throw UsageError("Session: global_batch must be at least 1");
-  if (o.micro_batch_cap < 0) throw UsageError("Session: micro_batch_cap must be >= 0 (0 = no cap)");
-  if (o.prefetch_steps < 1) throw UsageError("Session: prefetch_steps must be at least 1");
-  if (o.max_epochs < 0 || o.max_steps < 0) throw UsageError("Session: max_epochs and max_steps must be >= 0");
-  if (o.max_epochs == 0 && o.max_steps == 0) {
-    throw UsageError("Session: set max_steps or max_epochs (both 0 would train forever)");
-  }
-  if (!o.emulation.speeds.empty() && o.emulation.speeds.size() != 1 &&
-      o.emulation.speeds.size() != static_cast<std::size_t>(world)) {
-    throw UsageError("Session: --emulate-speed has " + std::to_string(o.emulation.speeds.size()) +
-                     " values but the job has " + std::to_string(world) + " ranks (give one per rank, or one for all)");
-  }
-}
-
-dds::LedgerOptions ledger_options(const SessionOptions& o, int world) {
-  validate(o, world);
-  dds::LedgerOptions l;
-  l.dataset_size = o.dataset_size;
-  const std::int64_t per_rank = std::max<std::int64_t>(1, ceil_div(o.global_batch, world));
-  const std::int64_t typical = o.micro_batch_cap > 0 ? std::min(o.micro_batch_cap, per_rank) : per_rank;
-  l.shard_size = o.shard_size > 0 ? o.shard_size : dds::default_shard_size(o.dataset_size, typical);
-  l.seed = o.seed;
-  l.shuffle_shards = o.shuffle_shards;
-  l.shuffle_within_shard = o.shuffle_within_shard;
-  l.max_epochs = o.max_epochs;
-  return l;
-}
-
-template <class T>
-std::vector<T> allgather(const Communicator& comm, T mine, MPI_Datatype type) {
-  std::vector<T> all(static_cast<std::size_t>(comm.size()));
-  ANTDT_CHECK_MPI(MPI_Allgather(&mine, 1, type, all.data(), 1, type, comm.get()));
-  return all;
-}
-
-// Rank 0's bytes, on every rank (two broadcasts: the length, then the bytes).
-std::vector<std::byte> broadcast(const Communicator& comm, std::vector<std::byte> bytes) {
-  std::uint64_t n = bytes.size();
-  ANTDT_CHECK_MPI(MPI_Bcast(&n, 1, MPI_UINT64_T, 0, comm.get()));
-  bytes.resize(n);
-  ANTDT_CHECK_MPI(MPI_Bcast(bytes.data(), static_cast<int>(n), MPI_BYTE, 0, comm.get()));
-  return bytes;
-}
-
 std::vector<std::byte> plan_bytes(const Plan& p) {
   detail::ByteWriter w;
   encode_plan(p, w);
   return w.take();
+}
+
+// Rank 0's bytes, on every rank.
+std::vector<std::byte> broadcast(const Communicator& comm, std::vector<std::byte> bytes) {
+  return detail::broadcast_vector(comm, std::move(bytes), MPI_BYTE);
 }
 
 std::shared_ptr<const Plan> plan_from(std::span<const std::byte> bytes) {
@@ -95,7 +56,7 @@ struct Session::Impl {
   dds::LedgerOptions ledger;
   std::vector<std::int64_t> caps;  // m_i of every rank
   std::vector<double> priors;      // device priors of every rank (0 = unknown)
-  ControllerOptions controller_opt;
+  protocol::StepCoordinatorOptions coordinator_opt;
   agent::SteadyClock clock;
   agent::Agent agent;
   std::unique_ptr<protocol::StepCoordinator> coordinator;  // rank 0 only
@@ -106,44 +67,32 @@ struct Session::Impl {
   Impl(MPI_Comm user, SessionOptions o)
       : opt(std::move(o)),
         comm(Communicator::duplicate(user)),
-        ledger(ledger_options(opt, comm.size())),
+        ledger(detail::session_ledger_options(opt, comm.size())),
+        caps(detail::allgather_value<std::int64_t>(
+            comm, opt.micro_batch_cap > 0 ? opt.micro_batch_cap : opt.global_batch, MPI_INT64_T)),
+        priors(detail::allgather_value<double>(comm, opt.device_prior, MPI_DOUBLE)),
+        coordinator_opt(detail::coordinator_options(opt, caps)),
         agent(comm.rank(), comm.size(), ledger, opt.emulation, clock) {}
 
   [[nodiscard]] bool root() const { return comm.is_root(); }
 
-  protocol::StepCoordinatorOptions coordinator_options() const {
-    protocol::StepCoordinatorOptions c;
-    c.prefetch_steps = opt.prefetch_steps;
-    c.max_steps = opt.max_steps;
-    c.max_epochs = opt.max_epochs;
-    c.dataset_size = opt.dataset_size;
-    c.data_seed = opt.seed;
-    c.emulation_seed = opt.emulation.seed;
-    c.controller = controller_opt;
-    return c;
+  // Rank 0's plan in force (and pending one, if any), on every rank's Agent.
+  void share_plans() {
+    const auto bytes = [&](const std::shared_ptr<const Plan>& p) {
+      return p ? plan_bytes(*p) : std::vector<std::byte>{};
+    };
+    const PlanSchedule* plans = root() ? &coordinator->plans() : nullptr;
+    auto current = plan_from(broadcast(comm, plans ? bytes(plans->current_ptr()) : std::vector<std::byte>{}));
+    auto pending = broadcast(comm, plans ? bytes(plans->pending()) : std::vector<std::byte>{});
+    agent.reset_plan(std::move(current), pending.empty() ? nullptr : plan_from(pending));
   }
 
-  // Caps and priors of every rank; the Controller's options follow from them.
-  void gather_ranks() {
-    caps = allgather<std::int64_t>(comm, opt.micro_batch_cap > 0 ? opt.micro_batch_cap : opt.global_batch, MPI_INT64_T);
-    priors = allgather<double>(comm, opt.device_prior, MPI_DOUBLE);
-    controller_opt = opt.controller;
-    controller_opt.global_batch = opt.global_batch;
-    controller_opt.caps = caps;
-    controller_opt.world_size = comm.size();
-    controller_opt.cost.gradient_bytes = opt.gradient_bytes;
-  }
-
-  // Equal shares, or a table of GPU generations' first split before anything is measured.
-  [[nodiscard]] Plan first_plan() const {
-    const bool have_priors = std::any_of(priors.begin(), priors.end(), [](double p) { return p > 0; });
-    if (!have_priors || opt.controller.policy == "static") return equal_plan(opt.global_batch, caps, 0);
-    return initial_plan(opt.global_batch, std::vector<double>(priors.size(), 0.0), caps, priors, 0);
-  }
-
-  // Rank 0's plan in force, on every rank's Agent.
-  void share_plan(const Plan* root_plan) {
-    agent.reset_plan(plan_from(broadcast(comm, root_plan ? plan_bytes(*root_plan) : std::vector<std::byte>{})));
+  template <class F>
+  void timed_reduction(F&& reduce) {
+    agent.mark_compute_done();
+    const double t0 = seconds_now();
+    reduce();
+    agent.add_reduce_seconds(seconds_now() - t0);
   }
 
   // One control exchange: every rank's report (none for the first) to rank 0's coordinator,
@@ -174,7 +123,7 @@ struct Session::Impl {
       d = coordinator->start();
     }
     if (d.record) keep(*d.record);
-    if (d.plan) announce(*d.plan);
+    if (d.plan) history.push_back(*d.plan);
     detail::ControlChannel::Replies out;
     detail::ByteWriter w;
     out.offsets.push_back(0);
@@ -194,20 +143,11 @@ struct Session::Impl {
     recorder.record(rec, coordinator->plans().current());
   }
 
-  void announce(const Plan& next) {
-    history.push_back(next);
-    const Controller& c = coordinator->controller();
-    ANTDT_LOG(info) << "step " << coordinator->step() - 1 << ": plan v" << next.version << " from step "
-                    << next.effective_step << ": " << next.reason
-                    << " (cost model: " << c.predicted_step_seconds() * 1e3 << " ms/step predicted; measured median "
-                    << c.monitor().step_seconds() * 1e3 << " ms under the old plan)";
-  }
-
   void restore_root(const CheckpointReader* reader, protocol::ResumeState& state) {
     try {
       if (!reader) throw UsageError("Session::restore: rank 0 needs a CheckpointReader");
       coordinator = std::make_unique<protocol::StepCoordinator>(
-          protocol::StepCoordinator::restore(*reader, coordinator_options(), ledger));
+          protocol::StepCoordinator::restore(*reader, coordinator_opt, ledger));
       coordinator->set_profiling_clock(seconds_now);
       state = coordinator->resume_state();
       history.assign(1, coordinator->plans().current());
@@ -221,17 +161,17 @@ struct Session::Impl {
 Session::Session(MPI_Comm comm, SessionOptions options) : impl_(std::make_unique<Impl>(comm, std::move(options))) {
   auto& s = *impl_;
   log::set_rank(s.comm.rank(), s.comm.size());
-  s.gather_ranks();
   if (s.root()) {
-    s.coordinator = std::make_unique<protocol::StepCoordinator>(s.coordinator_options(), s.ledger, s.first_plan());
+    s.coordinator = std::make_unique<protocol::StepCoordinator>(s.coordinator_opt, s.ledger,
+                                                                detail::first_plan(s.opt, s.caps, s.priors));
     s.coordinator->set_profiling_clock(seconds_now);
     s.history.push_back(s.coordinator->plans().current());
     ANTDT_LOG(info) << "session: " << s.comm.size() << " ranks, N=" << s.opt.dataset_size
                     << ", B=" << s.opt.global_batch << ", shard=" << s.ledger.shard_size
-                    << ", policy=" << s.controller_opt.policy
+                    << ", policy=" << s.opt.controller.policy
                     << (s.agent.emulator().emulated() ? ", EMULATED: " + s.opt.emulation.describe() : std::string());
   }
-  s.share_plan(s.root() ? &s.coordinator->plans().current() : nullptr);
+  s.share_plans();
 }
 
 Session::~Session() = default;
@@ -243,20 +183,9 @@ double Session::probe(const std::function<void(std::int64_t)>& micro_step, int r
   const auto my_cap = s.caps[static_cast<std::size_t>(s.comm.rank())];
   const std::int64_t n = std::max<std::int64_t>(1, std::min(my_cap, ceil_div(s.opt.global_batch, s.comm.size())));
   const double x = s.agent.probe(micro_step, n, repetitions);
-  const std::vector<double> all = allgather<double>(s.comm, x, MPI_DOUBLE);
-  if (s.root()) {
-    Plan p = s.controller_opt.policy == "static" ? s.coordinator->plans().current()
-                                                 : initial_plan(s.opt.global_batch, all, s.caps, s.priors, 0);
-    p.reason = "planner: initial split from a " + std::to_string(repetitions) + "-step probe";
-    p.effective_step = 0;
-    const Plan& installed = s.coordinator->install_plan(std::move(p));
-    s.history.assign(1, installed);
-    std::string shares;
-    for (auto b : installed.batch) shares += (shares.empty() ? "" : ",") + std::to_string(b);
-    ANTDT_LOG(info) << "probe: x_i measured, initial split [" << shares << "], predicted step "
-                    << CostModel(s.controller_opt.cost).predict_step_seconds(installed, all) * 1e3 << " ms";
-  }
-  s.share_plan(s.root() ? &s.coordinator->plans().current() : nullptr);
+  const std::vector<double> all = detail::allgather_value<double>(s.comm, x, MPI_DOUBLE);
+  if (s.root()) s.history.assign(1, s.coordinator->install_probe(all, s.priors, repetitions));
+  s.share_plans();
   return x;
 }
 
@@ -278,35 +207,25 @@ void Session::mark_data_ready() { impl_->agent.mark_data_ready(); }
 void Session::mark_compute_done(double measured_seconds) { impl_->agent.mark_compute_done(measured_seconds); }
 
 void Session::reduce_sums(float* buffer, std::int64_t count, GradientReducer& reducer) {
-  auto& s = *impl_;
-  s.agent.mark_compute_done();
-  const double t0 = seconds_now();
-  reducer.allreduce_sum(buffer, count);
-  s.agent.add_reduce_seconds(seconds_now() - t0);
+  impl_->timed_reduction([&] { reducer.allreduce_sum(buffer, count); });
 }
 
 void Session::reduce_sums(OverlappedReduction& reduction) {
-  auto& s = *impl_;
-  s.agent.mark_compute_done();
-  const double t0 = seconds_now();
-  reduction.finish();
-  s.agent.add_reduce_seconds(seconds_now() - t0);
+  impl_->timed_reduction([&] { reduction.finish(); });
 }
 
 std::int64_t Session::reduce(std::span<float> gradient_sums, std::int64_t local_samples) {
-  auto& s = *impl_;
-  s.agent.mark_compute_done();
-  const double t0 = seconds_now();
-  // One fused reduction: the count rides in a trailing slot (exact in float up to 2^24).
-  std::vector<float> fused(gradient_sums.size() + 1);
-  std::copy(gradient_sums.begin(), gradient_sums.end(), fused.begin());
-  fused.back() = static_cast<float>(local_samples);
-  ANTDT_CHECK_MPI(
-      MPI_Allreduce(MPI_IN_PLACE, fused.data(), static_cast<int>(fused.size()), MPI_FLOAT, MPI_SUM, s.comm.get()));
-  const auto total = static_cast<std::int64_t>(std::llround(fused.back()));
-  const float scale = total > 0 ? 1.0f / static_cast<float>(total) : 0.0f;
-  for (std::size_t i = 0; i < gradient_sums.size(); ++i) gradient_sums[i] = fused[i] * scale;
-  s.agent.add_reduce_seconds(seconds_now() - t0);
+  std::int64_t total = 0;
+  impl_->timed_reduction([&] {
+    // One fused reduction: the count rides in a trailing slot (exact in float up to 2^24).
+    std::vector<float> fused(gradient_sums.begin(), gradient_sums.end());
+    fused.push_back(static_cast<float>(local_samples));
+    ANTDT_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, fused.data(), static_cast<int>(fused.size()), MPI_FLOAT, MPI_SUM,
+                                  impl_->comm.get()));
+    total = static_cast<std::int64_t>(std::llround(fused.back()));
+    const float scale = total > 0 ? 1.0f / static_cast<float>(total) : 0.0f;
+    for (std::size_t i = 0; i < gradient_sums.size(); ++i) gradient_sums[i] = fused[i] * scale;
+  });
   return total;
 }
 
@@ -343,13 +262,7 @@ void Session::restore(const CheckpointReader* reader) {
     if (s.root()) throw CheckpointError(state.error);
     throw CheckpointError("restore failed on rank 0 (see its message)");
   }
-  const auto& plans = s.root() ? s.coordinator->plans() : PlanSchedule{};
-  auto current = plan_from(broadcast(s.comm, s.root() ? plan_bytes(plans.current()) : std::vector<std::byte>{}));
-  std::shared_ptr<const Plan> pending;
-  if (state.has_pending) {
-    pending = plan_from(broadcast(s.comm, s.root() ? plan_bytes(*plans.pending()) : std::vector<std::byte>{}));
-  }
-  s.agent.reset_plan(std::move(current), std::move(pending));
+  s.share_plans();
   s.ledger.shard_size = state.shard_size;
   s.ledger.shuffle_shards = state.shuffle_shards;
   s.ledger.shuffle_within_shard = state.shuffle_within_shard;
@@ -382,11 +295,7 @@ std::vector<EpochCoverageReport> Session::coverage() const {
 }
 
 std::vector<double> Session::rank_throughput() const {
-  if (!impl_->coordinator) return {};
-  const Monitor& m = impl_->coordinator->controller().monitor();
-  std::vector<double> x;
-  for (int r = 0; r < impl_->comm.size(); ++r) x.push_back(m.throughput(r));
-  return x;
+  return impl_->coordinator ? impl_->coordinator->controller().monitor().throughputs() : std::vector<double>{};
 }
 
 std::vector<RankAssessment> Session::assessments() const {

@@ -13,6 +13,7 @@
 #include "core/bytes.hpp"
 #include "core/plan_codec.hpp"
 #include "dds/wire.hpp"
+#include "protocol/step_messages.hpp"
 
 namespace {
 
@@ -158,6 +159,36 @@ void wire_seeds() {
   plan.reason = "equal split";
   antdt::encode_plan(plan, p);
   write("wire", "plan", bytes_of({1}), p.take());
+
+  antdt::protocol::StepReport report;
+  report.step = 41;
+  report.plan_version = 2;
+  report.consumed = 12;
+  report.compute_seconds = 0.01;
+  antdt::detail::ByteWriter r;
+  antdt::protocol::encode(report, r);
+  write("wire", "step-report", bytes_of({2}), r.take());
+  antdt::protocol::StepReply reply;
+  reply.ends_step = true;
+  reply.samples = 16;
+  reply.committed_total = 160;
+  reply.grants = {{0, 3, 0, 10, 0}, {0, 4, 0, 6, 0}};
+  antdt::detail::ByteWriter y;
+  antdt::protocol::encode(reply, y);
+  write("wire", "step-reply", bytes_of({3}), y.take());
+  antdt::protocol::StepReply refused;
+  refused.status = antdt::protocol::ReplyStatus::usage_error;
+  refused.error = "rank 1 is at step 3";
+  antdt::detail::ByteWriter e;
+  antdt::protocol::encode(refused, e);
+  write("wire", "step-reply-error", bytes_of({3}), e.take());
+  antdt::protocol::ResumeState resume;
+  resume.step = 20;
+  resume.shard_size = 10;
+  resume.finished = true;
+  antdt::detail::ByteWriter s;
+  antdt::protocol::encode(resume, s);
+  write("wire", "resume-state", bytes_of({4}), s.take());
 }
 
 void text_seeds() {

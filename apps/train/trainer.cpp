@@ -1,0 +1,171 @@
+#include "train/trainer.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <csignal>
+#include <cstdio>
+#include <numeric>
+
+#include "antdt/checkpoint.hpp"
+#include "antdt/error.hpp"
+#include "antdt/log.hpp"
+
+namespace antdt::train {
+
+namespace {
+
+std::string format_eta(double seconds) {
+  if (!(seconds >= 0) || seconds > 99 * 3600) return "--:--:--";
+  const auto s = static_cast<long>(seconds);
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%02ld:%02ld:%02ld", s / 3600, (s / 60) % 60, s % 60);
+  return buf;
+}
+
+}  // namespace
+
+void Trainer::reserve_batch() {
+  const auto share = static_cast<std::size_t>((o.global_batch + session.size() - 1) / session.size());
+  batch.features.reserve(share * static_cast<std::size_t>(data.train->dim()));
+  batch.labels.reserve(share);
+}
+
+void Trainer::save_checkpoint() {
+  if (!root()) return;
+  CheckpointWriter w(ckpt_dir, session.step());
+  session.save(w);
+  save_model_state(w, model);
+  w.put_int64s("model/layers", layers);
+  w.put_string("model/optimizer", o.optimizer);
+  w.put_uint64s("rng/seeds", std::vector<std::uint64_t>{o.model_seed, o.data_seed, o.emulate_seed, o.synthetic_seed});
+  w.put_string("run/job_id", job);
+  const std::string path = w.commit(o.checkpoint_keep);
+  ANTDT_LOG(debug) << "checkpoint " << path;
+}
+
+StepSummary Trainer::step() {
+  if (o.fail_at_step >= 0 && session.step() == o.fail_at_step && session.rank() == o.fail_rank) {
+    std::fprintf(stderr, "antdt-train: rank %d: --fail-at-step %lld: killing myself\n", o.fail_rank,
+                 static_cast<long long>(o.fail_at_step));
+    std::fflush(stderr);
+    std::raise(SIGKILL);
+  }
+  const StepWork work = session.begin_step();
+  (void)ahead.fill(work.samples, batch);  // without a read-ahead started, a plain read
+  session.mark_data_ready();
+  if (read_ahead && !(o.steps > 0 && session.step() + 1 >= o.steps)) ahead.start(session.next_samples());
+  model.zero_gradients();
+  // Overlapped: the step's last micro-batch reports each layer as backward finishes it, and
+  // its all-reduce starts then (a rank with no samples starts them all in reduce_sums).
+  std::unique_ptr<OverlappedReduction> overlap =
+      reduction.overlap
+          ? reduction.reducer->begin_overlapped(model.gradient_buffer(), model.gradient_count(), reduction.buckets)
+          : nullptr;
+  const BatchResult total =
+      accumulate_micro_batches(model, batch.features.data(), batch.labels.data(), work.micro_batches, overlap.get());
+  model.synchronize();
+  session.mark_compute_done(device.backend == Backend::cuda ? total.device_seconds : -1.0);
+  if (overlap) {
+    session.reduce_sums(*overlap);
+  } else {
+    session.reduce_sums(model.gradient_buffer(), model.gradient_count(), *reduction.reducer);
+  }
+  model.apply_update();
+  return session.end_step(total.loss_sum, total.correct);
+}
+
+void Trainer::between_steps(const StepSummary& s) {
+  if (s.samples > 0) recent_loss.push_back(s.loss_sum / static_cast<double>(s.samples));
+  if (recent_loss.size() > 10) recent_loss.erase(recent_loss.begin());
+  const std::int64_t done = session.step();
+  const bool eval_due = data.eval && o.eval_every > 0 && done % o.eval_every == 0;
+  const bool checkpoint_due = o.checkpoint_every > 0 && done % o.checkpoint_every == 0 && !session.finished();
+  if (eval_due || checkpoint_due) ahead.wait();  // HDF5 is not thread-safe
+  if (eval_due) {
+    eval_result = evaluate(model, *data.eval, session.comm(), cap, batch);
+    if (root()) {
+      ANTDT_LOG(info) << "step " << done << ": eval loss " << eval_result->loss << ", accuracy "
+                      << eval_result->accuracy;
+    }
+  }
+  if (checkpoint_due) save_checkpoint();
+  const bool show = root() && (o.progress == "always" || (o.progress == "auto" && isatty(STDERR_FILENO)));
+  if (show && (done % o.progress_every == 0 || session.finished())) progress(s, done);
+}
+
+void Trainer::progress(const StepSummary& s, std::int64_t done) const {
+  const double elapsed = MPI_Wtime() - t_start;
+  const auto x = session.rank_throughput();
+  const double ideal = std::accumulate(x.begin(), x.end(), 0.0);
+  const auto done_here = session.samples_committed() - committed_at_start;
+  const double thr = static_cast<double>(done_here) / std::max(1e-9, elapsed);
+  double eta = -1;
+  if (o.steps > 0) {
+    const auto steps_here = std::max<std::int64_t>(1, done - step_at_start);
+    eta = elapsed / static_cast<double>(steps_here) * static_cast<double>(o.steps - done);
+  }
+  if (o.epochs > 0 && done_here > 0) {  // whichever limit comes first
+    const double left = static_cast<double>(o.epochs * data.train->size() - session.samples_committed());
+    eta = eta < 0 ? left / thr : std::min(eta, left / thr);
+  }
+  std::string split;
+  for (auto b : session.plan().batch) split += (split.empty() ? "" : ",") + std::to_string(b);
+  std::fprintf(stderr, "%sstep %lld epoch %lld | %.0f samples/s | loss %.4f | ETA %s | split [%s] | eff %.2f%s\n",
+               job.empty() ? "" : ("[job " + job + "] ").c_str(), static_cast<long long>(done),
+               static_cast<long long>(s.completed_epochs), thr, recent_loss.empty() ? 0.0 : recent_loss.back(),
+               format_eta(eta).c_str(), split.c_str(), ideal > 0 ? thr / ideal : 0.0,
+               session.emulated() ? " | EMULATED" : "");
+}
+
+double Trainer::run() {
+  t_start = MPI_Wtime();
+  committed_at_start = session.samples_committed();
+  step_at_start = session.step();
+  while (!session.finished()) between_steps(step());
+  const double wall = MPI_Wtime() - t_start;
+  ahead.wait();
+  if (data.eval) eval_result = evaluate(model, *data.eval, session.comm(), cap, batch);
+  if (!ckpt_dir.empty()) save_checkpoint();
+  return wall;
+}
+
+void Trainer::report(double wall) {
+  // Rows trained from the read-ahead, and read while waiting, over all ranks.
+  std::int64_t rows[2] = {ahead.rows_ahead(), ahead.rows_now()};
+  ANTDT_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, rows, 2, MPI_INT64_T, MPI_SUM, session.comm().get()));
+  if (!root()) return;
+  RunSummary sum;
+  sum.backend = std::string(backend_name(device.backend));
+  sum.device = device.name;
+  sum.reducer = std::string(reduction.reducer->name());
+  sum.pinned_batches = detail::is_page_locked(batch.features.data());
+  sum.read_ahead = read_ahead;
+  sum.reduce_overlap = reduction.overlap;
+  sum.read_ahead_fraction =
+      rows[0] + rows[1] > 0 ? static_cast<double>(rows[0]) / static_cast<double>(rows[0] + rows[1]) : 0.0;
+  sum.job_id = job;
+  sum.wall_seconds = wall;
+  summarize_session(session, sum);
+  sum.epochs_completed = static_cast<std::int64_t>(sum.coverage.size());
+  sum.final_loss = recent_loss.empty() ? 0.0
+                                       : std::accumulate(recent_loss.begin(), recent_loss.end(), 0.0) /
+                                             static_cast<double>(recent_loss.size());
+  if (eval_result) {
+    sum.eval_loss = eval_result->loss;
+    sum.eval_accuracy = eval_result->accuracy;
+  }
+  const auto params = model.parameters();
+  sum.parameter_checksum = fnv1a_hex(params.data(), params.size() * sizeof(float));
+  if (!o.quiet) std::fputs(summary_text(sum).c_str(), stdout);
+  if (!o.summary_json.empty()) {
+    const auto path = expand_job_id(o.summary_json, job);
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    if (!f) throw FileError("cannot write --summary-json " + path);
+    const auto text = summary_json(sum);
+    std::fwrite(text.data(), 1, text.size(), f);
+    std::fclose(f);
+  }
+}
+
+}  // namespace antdt::train

@@ -1,0 +1,97 @@
+// antdt-train's step loop (Trainer) and what it needs: the data sets, the gradient
+// reduction, the streamed output files.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "antdt/data.hpp"
+#include "antdt/device.hpp"
+#include "antdt/evaluate.hpp"
+#include "antdt/launcher.hpp"
+#include "antdt/model.hpp"
+#include "antdt/read_ahead.hpp"
+#include "antdt/reduce.hpp"
+#include "antdt/report.hpp"
+#include "antdt/session.hpp"
+#include "train/options.hpp"
+
+namespace antdt::train {
+
+struct Data {
+  std::unique_ptr<data::Dataset> train;
+  std::unique_ptr<data::Dataset> eval;  // null without --eval-data
+};
+
+// Each step's gradient reduction, and whether it overlaps the backward pass (docs/compute.md
+// has the measurements behind auto). Every rank decides alike: same flags, same reducer.
+struct Reduction {
+  std::unique_ptr<GradientReducer> reducer;
+  std::vector<GradientBucket> buckets;
+  bool overlap = false;
+};
+
+// The metrics and timeline files, opened before the first step and fed as each step ends.
+struct Outputs {
+  std::optional<MetricsWriter> metrics;
+  std::optional<TimelineWriter> timeline;
+
+  Outputs(const TrainOptions& o, Session& session, const std::string& job) {
+    if (session.rank() != 0) return;
+    if (!o.metrics.empty()) {
+      const auto path = expand_job_id(o.metrics, job);
+      metrics.emplace(path, metrics_format_for(path));
+      session.add_record_sink([this](const StepRecord& r, const Plan&) { metrics->write(r); });
+    }
+    if (!o.timeline.empty()) {
+      timeline.emplace(expand_job_id(o.timeline, job));
+      session.add_record_sink([this](const StepRecord& r, const Plan& p) { timeline->write(r, p); });
+    }
+  }
+  void close() {
+    if (metrics) metrics->close();
+    if (timeline) timeline->close();
+  }
+};
+
+// The step loop and everything that happens between steps.
+struct Trainer {
+  const TrainOptions& o;
+  Session& session;
+  Model& model;
+  Data& data;
+  Reduction& reduction;
+  const DeviceInfo& device;
+  const std::vector<std::int64_t>& layers;
+  std::int64_t cap;
+  std::string job, ckpt_dir;
+  // Batch buffers, page-locked on a GPU. Reserved for an even share now; they grow (rarely,
+  // geometrically) when the Controller gives this rank more.
+  data::Batch batch{o.pin_memory && device.backend == Backend::cuda};
+  // Reads each step's samples; with --read-ahead also the next step's while this one computes
+  // (docs/data.md). It is gone (its read waited for) before the data sets close.
+  data::ReadAhead ahead{*data.train, o.pin_memory&& device.backend == Backend::cuda};
+  bool read_ahead = o.read_ahead == "on" ||
+                    (o.read_ahead == "auto" && device.backend == Backend::cuda && o.read_mode == "independent");
+  double t_start = 0;
+  std::int64_t committed_at_start = 0, step_at_start = 0;  // > 0 after a resume
+  std::vector<double> recent_loss{};
+  std::optional<Evaluation> eval_result{};
+
+  bool root() const { return session.rank() == 0; }
+  void reserve_batch();
+  void save_checkpoint();
+  // One training step: read, compute in micro-batches, reduce, update, end the step.
+  StepSummary step();
+  void between_steps(const StepSummary& s);
+  void progress(const StepSummary& s, std::int64_t done) const;
+  // Runs every step; returns the wall time of the loop.
+  double run();
+  // Rank 0's report: the text, --summary-json.
+  void report(double wall);
+};
+
+}  // namespace antdt::train

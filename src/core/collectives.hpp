@@ -1,0 +1,33 @@
+// Private: the few small collectives antdt's setup paths share (not the step exchange, which
+// is core/control_channel.hpp).
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "antdt/comm.hpp"
+#include "antdt/error.hpp"
+
+namespace antdt::detail {
+
+// Rank 0's vector, on every rank: its length, then its elements.
+template <class T>
+std::vector<T> broadcast_vector(const Communicator& comm, std::vector<T> values, MPI_Datatype type) {
+  std::uint64_t n = values.size();
+  ANTDT_CHECK_MPI(MPI_Bcast(&n, 1, MPI_UINT64_T, 0, comm.get()));
+  values.resize(n);
+  ANTDT_CHECK_MPI(MPI_Bcast(values.data(), static_cast<int>(n), type, 0, comm.get()));
+  return values;
+}
+
+// Every rank's value, in rank order, on every rank.
+template <class T>
+std::vector<T> allgather_value(const Communicator& comm, T mine, MPI_Datatype type) {
+  std::vector<T> all(static_cast<std::size_t>(comm.size()));
+  ANTDT_CHECK_MPI(MPI_Allgather(&mine, 1, type, all.data(), 1, type, comm.get()));
+  return all;
+}
+
+}  // namespace antdt::detail

@@ -1,0 +1,63 @@
+#include "session/session_setup.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "antdt/error.hpp"
+#include "antdt/planner.hpp"
+
+namespace antdt::detail {
+
+void validate_session_options(const SessionOptions& o, int world) {
+  if (o.dataset_size < 1) throw UsageError("Session: the data set is empty (dataset_size must be at least 1)");
+  if (o.global_batch < 1) throw UsageError("Session: global_batch must be at least 1");
+  if (o.micro_batch_cap < 0) throw UsageError("Session: micro_batch_cap must be >= 0 (0 = no cap)");
+  if (o.prefetch_steps < 1) throw UsageError("Session: prefetch_steps must be at least 1");
+  if (o.max_epochs < 0 || o.max_steps < 0) throw UsageError("Session: max_epochs and max_steps must be >= 0");
+  if (o.max_epochs == 0 && o.max_steps == 0) {
+    throw UsageError("Session: set max_steps or max_epochs (both 0 would train forever)");
+  }
+  if (!o.emulation.speeds.empty() && o.emulation.speeds.size() != 1 &&
+      o.emulation.speeds.size() != static_cast<std::size_t>(world)) {
+    throw UsageError("Session: --emulate-speed has " + std::to_string(o.emulation.speeds.size()) +
+                     " values but the job has " + std::to_string(world) + " ranks (give one per rank, or one for all)");
+  }
+}
+
+dds::LedgerOptions session_ledger_options(const SessionOptions& o, int world) {
+  validate_session_options(o, world);
+  dds::LedgerOptions l;
+  l.dataset_size = o.dataset_size;
+  const std::int64_t per_rank = std::max<std::int64_t>(1, ceil_div(o.global_batch, world));
+  const std::int64_t typical = o.micro_batch_cap > 0 ? std::min(o.micro_batch_cap, per_rank) : per_rank;
+  l.shard_size = o.shard_size > 0 ? o.shard_size : dds::default_shard_size(o.dataset_size, typical);
+  l.seed = o.seed;
+  l.shuffle_shards = o.shuffle_shards;
+  l.shuffle_within_shard = o.shuffle_within_shard;
+  l.max_epochs = o.max_epochs;
+  return l;
+}
+
+protocol::StepCoordinatorOptions coordinator_options(const SessionOptions& o, const std::vector<std::int64_t>& caps) {
+  protocol::StepCoordinatorOptions c;
+  c.prefetch_steps = o.prefetch_steps;
+  c.max_steps = o.max_steps;
+  c.max_epochs = o.max_epochs;
+  c.dataset_size = o.dataset_size;
+  c.data_seed = o.seed;
+  c.emulation_seed = o.emulation.seed;
+  c.controller = o.controller;
+  c.controller.global_batch = o.global_batch;
+  c.controller.caps = caps;
+  c.controller.world_size = static_cast<int>(caps.size());
+  c.controller.cost.gradient_bytes = o.gradient_bytes;
+  return c;
+}
+
+Plan first_plan(const SessionOptions& o, const std::vector<std::int64_t>& caps, const std::vector<double>& priors) {
+  const bool have_priors = std::any_of(priors.begin(), priors.end(), [](double p) { return p > 0; });
+  if (!have_priors || !policy_rebalances(o.controller.policy)) return equal_plan(o.global_batch, caps, 0);
+  return initial_plan(o.global_batch, std::vector<double>(priors.size(), 0.0), caps, priors, 0);
+}
+
+}  // namespace antdt::detail

@@ -1,0 +1,26 @@
+// Private: what a Session is built from, as pure functions of its options (no MPI): the checks,
+// the ledger, the first plan, and rank 0's coordinator options once every rank's cap is known.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "antdt/dds.hpp"
+#include "antdt/session.hpp"
+#include "protocol/step_coordinator.hpp"
+
+namespace antdt::detail {
+
+// UsageError with one line when the options cannot run on `world` ranks.
+void validate_session_options(const SessionOptions& o, int world);
+// The ledger's options (shard size defaults to about 10 per-rank micro-batches). Validates.
+[[nodiscard]] dds::LedgerOptions session_ledger_options(const SessionOptions& o, int world);
+// Rank 0's StepCoordinator options, with the Controller's resolved from every rank's cap m_i.
+[[nodiscard]] protocol::StepCoordinatorOptions coordinator_options(const SessionOptions& o,
+                                                                   const std::vector<std::int64_t>& caps);
+// Equal shares; or, for a policy that rebalances, a split by GPU-generation priors (0 = unknown)
+// before anything is measured.
+[[nodiscard]] Plan first_plan(const SessionOptions& o, const std::vector<std::int64_t>& caps,
+                              const std::vector<double>& priors);
+
+}  // namespace antdt::detail

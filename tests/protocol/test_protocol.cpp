@@ -1,0 +1,241 @@
+// The step protocol's pure core, driven directly with no MPI (docs/protocol.md): the
+// StepCoordinator (rank 0) and Agents (every rank) with virtual clocks, and the messages
+// between them.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <memory>
+#include <numeric>
+#include <vector>
+
+#include "agent/agent.hpp"
+#include "antdt/error.hpp"
+#include "core/bytes.hpp"
+#include "dds/wire.hpp"
+#include "protocol/step_coordinator.hpp"
+#include "protocol/step_messages.hpp"
+
+using namespace antdt;
+using protocol::ReplyStatus;
+using protocol::StepCoordinator;
+using protocol::StepDecision;
+using protocol::StepReply;
+using protocol::StepReport;
+
+namespace {
+
+// A job of `speeds.size()` ranks on the virtual device, driven step by step like the Session.
+struct Job {
+  dds::LedgerOptions ledger;
+  protocol::StepCoordinatorOptions options;
+  EmulationOptions emulation;
+  std::vector<agent::VirtualClock> clocks;
+  std::vector<agent::Agent> agents;
+  std::unique_ptr<StepCoordinator> coordinator;
+
+  Job(std::vector<double> speeds, std::int64_t n, std::int64_t batch, std::int64_t epochs, const std::string& policy)
+      : clocks(speeds.size()) {
+    const int p = static_cast<int>(speeds.size());
+    ledger.dataset_size = n;
+    ledger.shard_size = 7;
+    ledger.seed = 5;
+    ledger.max_epochs = epochs;
+    options.max_epochs = epochs;
+    options.max_steps = epochs > 0 ? 0 : 60;
+    options.dataset_size = n;
+    options.data_seed = 5;
+    options.controller.policy = policy;
+    options.controller.world_size = p;
+    options.controller.global_batch = batch;
+    options.controller.caps.assign(speeds.size(), 5);  // accumulation above 5 samples
+    options.controller.min_interval = 4;
+    options.controller.window = 8;
+    options.controller.persistence = 2;
+    emulation.speeds = std::move(speeds);
+    emulation.virtual_seconds_per_sample = 1e-3;
+    coordinator = std::make_unique<StepCoordinator>(options, ledger, equal_plan(batch, options.controller.caps));
+    agents.reserve(clocks.size());
+    for (int i = 0; i < p; ++i) {
+      agents.emplace_back(i, p, ledger, emulation, clocks[static_cast<std::size_t>(i)]);
+      agents.back().reset_plan(std::make_shared<const Plan>(coordinator->plans().current()));
+    }
+    apply(coordinator->start());
+  }
+
+  void apply(const StepDecision& d) {
+    for (std::size_t i = 0; i < agents.size(); ++i) (void)agents[i].apply(d.reply_for(static_cast<int>(i)), d.plan);
+  }
+
+  // Every rank's step, then rank 0's decision; returns it (not yet applied).
+  StepDecision step(std::vector<std::vector<std::int64_t>>* used = nullptr) {
+    std::vector<StepReport> reports;
+    for (auto& a : agents) {
+      const StepWork w = a.begin();
+      EXPECT_EQ(std::accumulate(w.micro_batches.begin(), w.micro_batches.end(), std::int64_t{0}),
+                static_cast<std::int64_t>(w.samples.size()));
+      if (used) used->push_back(w.samples);
+      a.mark_compute_done(0.0);
+      reports.push_back(a.report(1.0, 0));
+    }
+    return coordinator->decide(reports);
+  }
+};
+
+std::vector<std::byte> bytes_of(const StepReply& r) {
+  detail::ByteWriter w;
+  protocol::encode(r, w);
+  return w.take();
+}
+
+}  // namespace
+
+TEST(StepProtocol, TheSameReportsGiveTheSameDecisions) {
+  Job a({1, 1, 0.33}, 500, 30, 0, "dd"), b({1, 1, 0.33}, 500, 30, 0, "dd");
+  std::int64_t plans = 0;
+  while (!a.coordinator->finished()) {
+    const StepDecision da = a.step(), db = b.step();
+    ASSERT_EQ(da.reply.status, ReplyStatus::ok) << da.reply.error;
+    for (int r = 0; r < 3; ++r) EXPECT_EQ(bytes_of(da.reply_for(r)), bytes_of(db.reply_for(r)));
+    ASSERT_EQ(da.plan != nullptr, db.plan != nullptr);
+    if (da.plan) {
+      EXPECT_EQ(da.plan->batch, db.plan->batch);
+      ++plans;
+    }
+    a.apply(da);
+    b.apply(db);
+  }
+  EXPECT_GE(plans, 1) << "dd moved work off the slow rank";
+  EXPECT_EQ(a.coordinator->plans().current().batch, b.coordinator->plans().current().batch);
+  EXPECT_LT(a.coordinator->plans().current().batch[2], a.coordinator->plans().current().batch[0]);
+}
+
+TEST(StepProtocol, EverySampleOncePerEpochAndEveryRankSwitchesPlansAtItsEffectiveStep) {
+  const std::int64_t n = 211;
+  Job job({1, 0.5, 1, 0.25}, n, 24, 3, "dd");
+  std::vector<std::int64_t> seen(static_cast<std::size_t>(n), 0);
+  std::int64_t switched = 0;
+  while (!job.coordinator->finished()) {
+    std::vector<std::vector<std::int64_t>> used;
+    const std::int64_t step = job.agents[0].step();
+    const StepDecision d = job.step(&used);
+    ASSERT_EQ(d.reply.status, ReplyStatus::ok) << d.reply.error;
+    for (const auto& u : used)
+      for (auto i : u) ++seen[static_cast<std::size_t>(i)];
+    // The record describes the plan every rank ran under.
+    for (const auto& a : job.agents) EXPECT_EQ(a.plan().version, d.record->plan_version);
+    if (d.plan) {
+      EXPECT_EQ(d.plan->effective_step, step + 1);
+      ++switched;
+    }
+    job.apply(d);
+  }
+  EXPECT_GE(switched, 1);
+  EXPECT_EQ(seen, std::vector<std::int64_t>(static_cast<std::size_t>(n), 3));
+  for (const auto& c : job.coordinator->dds().coverage()) {
+    EXPECT_EQ(c.committed, n);
+    EXPECT_EQ(c.missing, 0);
+    EXPECT_EQ(c.duplicated, 0);
+  }
+  for (const auto& a : job.agents) EXPECT_TRUE(a.finished());
+}
+
+TEST(StepProtocol, AReportOutOfLockstepIsRejectedAndChangesNothing) {
+  Job job({1, 1}, 100, 8, 0, "static"), twin({1, 1}, 100, 8, 0, "static");
+  std::vector<StepReport> reports;
+  for (auto& a : job.agents) {
+    (void)a.begin();
+    reports.push_back(a.report(0.0, 0));
+  }
+  for (auto& a : twin.agents) (void)a.begin();
+  auto late = reports;
+  late[1].step = 7;
+  const StepDecision bad = job.coordinator->decide(late);
+  EXPECT_EQ(bad.reply.status, ReplyStatus::error);
+  EXPECT_NE(bad.reply.error.find("rank 1 is at step 7"), std::string::npos) << bad.reply.error;
+  auto greedy = reports;
+  greedy[0].consumed = 1000;  // more than rank 0 held
+  const StepDecision refused = job.coordinator->decide(greedy);
+  EXPECT_EQ(refused.reply.status, ReplyStatus::error);
+  EXPECT_NE(refused.reply.error.find("rank 0 reports 1000 samples consumed"), std::string::npos) << refused.reply.error;
+  EXPECT_THROW((void)job.agents[0].apply(refused.reply_for(0)), Error) << "the rank throws what rank 0 sent";
+  // Nothing was committed or decided: the good reports give what they give a fresh twin.
+  std::vector<StepReport> twin_reports;
+  for (auto& a : twin.agents) twin_reports.push_back(a.report(0.0, 0));
+  const StepDecision good = job.coordinator->decide(reports), expected = twin.coordinator->decide(twin_reports);
+  ASSERT_EQ(good.reply.status, ReplyStatus::ok);
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(bytes_of(good.reply_for(r)), bytes_of(expected.reply_for(r)));
+  EXPECT_EQ(job.coordinator->committed_total(), 8);
+}
+
+TEST(StepProtocol, EachRankGetsOnlyItsOwnGrantsInAReplyWhoseSizeDoesNotGrowWithTheRanks) {
+  std::vector<std::size_t> common;
+  for (const int p : {1, 8, 64, 512}) {
+    Job job(std::vector<double>(static_cast<std::size_t>(p), 1.0), 100000, 16L * p, 0, "static");
+    const StepDecision d = job.step();
+    common.push_back(protocol::encoded_size(d.reply));
+    std::size_t grants = 0;
+    for (int r = 0; r < p; ++r) {
+      const StepReply mine = d.reply_for(r);
+      for (const auto& g : mine.grants) EXPECT_EQ(g.rank, r);
+      EXPECT_LE(mine.grants.size(), 4U) << "a top-up of 16 samples from shards of 7";
+      // A rank's reply is the common part and its own grants, nothing per other rank.
+      EXPECT_EQ(protocol::encoded_size(mine), common.back() + mine.grants.size() * dds::kGrantWireBytes);
+      grants += mine.grants.size();
+    }
+    EXPECT_EQ(grants, d.grants.size()) << "every grant goes to exactly one rank";
+  }
+  EXPECT_EQ(common.front(), common.back()) << "the common part at 512 ranks is as large as at 1";
+}
+
+TEST(StepProtocol, AgentMisuseIsAUsageError) {
+  Job job({1}, 20, 4, 1, "static");
+  auto& a = job.agents[0];
+  EXPECT_THROW((void)a.report(0.0, 0), UsageError) << "end_step without begin_step";
+  (void)a.begin();
+  EXPECT_THROW((void)a.begin(), UsageError) << "begin_step twice";
+  (void)a.report(0.0, 0);
+  job.apply(job.coordinator->decide(std::vector<StepReport>{a.report(0.0, 0)}));
+  while (!a.finished()) job.apply(job.step());
+  EXPECT_THROW((void)a.begin(), UsageError) << "begin_step after the run finished";
+}
+
+TEST(StepProtocol, TheAgentTimesEmulatedComputeOnItsClock) {
+  Job job({0.25}, 1000, 40, 0, "static");
+  auto& a = job.agents[0];
+  job.clocks[0].set(10.0);
+  (void)a.begin();
+  job.clocks[0].wait(0.002);  // reading the batch
+  a.mark_data_ready();
+  a.mark_compute_done(0.0);
+  const StepReport r = a.report(0.0, 0);
+  EXPECT_NEAR(r.data_wait_seconds, 0.002, 1e-12);
+  EXPECT_DOUBLE_EQ(r.compute_seconds, 40 * 1e-3 / 0.25) << "b * c / speed, waited out on the virtual clock";
+  EXPECT_NEAR(job.clocks[0].now(), 10.0 + 0.002 + 0.16, 1e-12);
+  EXPECT_EQ(r.micro_steps, 8) << "40 samples under a cap of 5";
+}
+
+TEST(StepProtocol, MessagesRoundTripAndRefuseAnotherVersion) {
+  StepReply reply;
+  reply.ends_step = true;
+  reply.plan_follows = true;
+  reply.error = "none";
+  reply.samples = 77;
+  reply.loss_sum = 3.5;
+  reply.grants = {{1, 2, 3, 9, 4}};
+  detail::ByteWriter w;
+  protocol::encode(reply, w);
+  EXPECT_EQ(w.bytes().size(), protocol::encoded_size(reply));
+  detail::ByteReader r(w.bytes());
+  const StepReply back = protocol::decode_reply(r);
+  EXPECT_TRUE(r.done());
+  EXPECT_EQ(bytes_of(back), w.bytes());
+  EXPECT_EQ(back.grants, reply.grants);
+  auto other = w.take();
+  other[0] = std::byte{StepReply::kVersion + 1};
+  detail::ByteReader bad(other);
+  EXPECT_THROW((void)protocol::decode_reply(bad), Error);
+  other[0] = std::byte{StepReply::kVersion};
+  other[2 + reply.error.size() + 8] = std::byte{2};  // ends_step is a flag: 2 is not one
+  detail::ByteReader flag(other);
+  EXPECT_THROW((void)protocol::decode_reply(flag), Error);
+}
