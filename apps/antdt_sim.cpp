@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
@@ -20,6 +21,7 @@
 #include "antdt/controller.hpp"
 #include "antdt/emulation.hpp"
 #include "antdt/error.hpp"
+#include "antdt/log.hpp"
 #include "antdt/planner.hpp"
 #include "antdt/report.hpp"
 #include "cli/cli_common.hpp"
@@ -113,13 +115,15 @@ long peak_rss_kib() {
 }
 
 int run(int argc, char** argv) {
+  // The coordinator logs each plan at info; a simulation prints its own summary instead.
+  if (std::getenv("ANTDT_LOG_LEVEL") == nullptr) antdt::log::set_level(antdt::log::Level::warn);
   CLI::App app{
       "antdt-sim: the real antdt step code (StepCoordinator, DDS, Controller, one Agent per rank) on simulated\n"
       "ranks whose compute for b samples takes b * c / speed_i seconds (x transients, x jitter), over a\n"
       "modelled network of its own. Efficiency = throughput / sum_i x_i with x_i = speed_i / c (the ideal).",
       "antdt-sim"};
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  std::string speeds_text, profile, transient_text, network = "auto", slow_links, summary_json;
+  std::string speeds_text, profile, transient_text, schedule_text, network = "auto", slow_links, summary_json;
   int ranks = 0;
   std::vector<std::string> policies{"static", "dd"};
   std::vector<std::int64_t> caps{0};
@@ -170,6 +174,8 @@ int run(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--emulate-transient", transient_text,
                  "P,FACTOR,STEPS: per rank and step, with probability P a slowdown by FACTOR lasting STEPS steps");
+  app.add_option("--emulate-schedule", schedule_text,
+                 "RANK:STEP:SPEED,...: from STEP on, that rank runs at SPEED (a rank that turns slow, or recovers)");
   app.add_option("--seed", config.emulation.seed, "Seed of the transient and jitter draws")->capture_default_str();
   app.add_option("--min-gain", ctl.min_gain, "dd: least predicted relative gain to change the plan")
       ->check(CLI::Range(0.0, 1.0))
@@ -232,6 +238,7 @@ int run(int argc, char** argv) {
   const int world = static_cast<int>(config.speeds.size());
   if (batch_per_rank > 0) ctl.global_batch = batch_per_rank * world;
   if (!transient_text.empty()) antdt::parse_transient(transient_text, config.emulation);
+  if (!schedule_text.empty()) config.emulation.schedule = antdt::parse_schedule(schedule_text);
   if (!slow_links.empty()) config.network.link_factor = link_factors(slow_links, world);
   using Allreduce = antdt::sim::NetworkModel::Allreduce;
   config.network.allreduce = network == "tree"   ? Allreduce::tree

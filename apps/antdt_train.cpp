@@ -83,6 +83,7 @@ SessionOptions session_options(const TrainOptions& o, const data::Dataset& train
   so.controller.persistence = o.persistence;
   if (!o.emulate_speed.empty()) so.emulation.speeds = parse_speeds(o.emulate_speed);
   if (!o.emulate_transient.empty()) parse_transient(o.emulate_transient, so.emulation);
+  if (!o.emulate_schedule.empty()) so.emulation.schedule = parse_schedule(o.emulate_schedule);
   so.emulation.virtual_seconds_per_sample = o.virtual_device;
   so.emulation.seed = o.emulate_seed;
   so.gradient_bytes = model.gradient_count() * static_cast<std::int64_t>(sizeof(float));

@@ -153,6 +153,10 @@ void add_options(CLI::App& app, TrainOptions& o) {
   app.add_option("--emulate-transient", o.emulate_transient,
                  "P,FACTOR,STEPS: each step a rank starts a FACTORx slowdown for STEPS steps with probability P")
       ->group(emu);
+  app.add_option("--emulate-schedule", o.emulate_schedule,
+                 "RANK:STEP:SPEED or @NODE:STEP:SPEED, ...: from STEP on, that rank (or every rank on that node, "
+                 "by Slurm node name or host name) runs at SPEED; replays the same after a resume")
+      ->group(emu);
   app.add_option("--virtual-device", o.virtual_device,
                  "Seconds per sample at speed 1: compute of b samples takes b*c/speed (virtual-device benchmark mode)")
       ->group(emu)
@@ -227,6 +231,7 @@ void validate(const TrainOptions& o, int world) {
   }
   (void)antdt::parse_layers(o.layers);
   if (!o.emulate_speed.empty()) (void)antdt::parse_speeds(o.emulate_speed);
+  if (!o.emulate_schedule.empty()) (void)antdt::parse_schedule(o.emulate_schedule);
   if (!o.emulate_transient.empty()) {
     antdt::EmulationOptions e;
     antdt::parse_transient(o.emulate_transient, e);

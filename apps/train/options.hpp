@@ -50,6 +50,7 @@ struct TrainOptions {
   // emulation
   std::string emulate_speed;
   std::string emulate_transient;
+  std::string emulate_schedule;
   double virtual_device = 0.0;
   std::uint64_t emulate_seed = 0;
   // checkpoints

@@ -10,6 +10,10 @@
 //  - transient: --emulate-transient P,FACTOR,STEPS: at every step a rank starts, with
 //    probability P, a slowdown by FACTOR that lasts STEPS steps. The draw is a pure hash of
 //    (seed, rank, step), so runs are reproducible and independent of call order.
+//  - schedule: --emulate-schedule 3:100:0.33,@n2:50:0.5: from step 100 rank 3 runs at speed
+//    0.33, and from step 50 every rank on node n2 at 0.5 (a rank that turns slow for good, or
+//    recovers). A pure function of (rank or node, step): it replays after a resume, and a
+//    node's slowness follows the node when the ranks are renumbered by a restart.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +23,15 @@
 
 namespace antdt {
 
+// From `step` on, the ranks it names run at `speed` (instead of their --emulate-speed one).
+struct SpeedChange {
+  int rank = -1;     // the rank it names, or -1 ...
+  std::string node;  // ... the node (LaunchInfo::node_name) whose ranks it names
+  std::int64_t step = 0;
+  double speed = 1.0;
+  friend bool operator==(const SpeedChange&, const SpeedChange&) = default;
+};
+
 struct EmulationOptions {
   std::vector<double> speeds;             // empty: 1 for all; one value: for all; else one per rank
   double transient_probability = 0;       // per rank and step, in [0, 1]
@@ -26,6 +39,7 @@ struct EmulationOptions {
   std::int64_t transient_steps = 0;       // duration of one slowdown
   double virtual_seconds_per_sample = 0;  // c; 0 = stretch the measured compute instead
   double jitter = 0;                      // virtual device: time x uniform [1 - j, 1 + j] per rank and step
+  std::vector<SpeedChange> schedule;      // speed changes by step, in any order
   std::uint64_t seed = 0;
 
   [[nodiscard]] bool active() const noexcept;
@@ -38,13 +52,17 @@ struct EmulationOptions {
 [[nodiscard]] std::vector<double> parse_speeds(std::string_view text);
 // "0.1,3,5" -> probability 0.1, factor 3, 5 steps. P in [0,1], FACTOR >= 1, STEPS >= 1 integer.
 void parse_transient(std::string_view text, EmulationOptions& options);
+// "3:100:0.33,@n2:50:0.5" -> rank 3 from step 100 at 0.33, node n2's ranks from step 50 at 0.5.
+// A rank is a whole number >= 0, a node '@' and a name; STEP >= 0; SPEED finite and > 0.
+[[nodiscard]] std::vector<SpeedChange> parse_schedule(std::string_view text);
 
 // One per rank (the Agent's). Cheap (it keeps only this rank's parameters, so the simulator's
 // thousands of Agents stay small), const after construction, no clock or global state.
 class SpeedEmulator {
  public:
   // UsageError when speeds has neither 0, 1 nor world_size entries, or rank is out of range.
-  SpeedEmulator(const EmulationOptions& options, int rank, int world_size);
+  // `node` is this rank's node name, for the schedule entries that name a node.
+  SpeedEmulator(const EmulationOptions& options, int rank, int world_size, const std::string& node = {});
 
   // What `samples` samples of compute at `step` should take, given that they took `measured`
   // seconds for real: never less than measured. Without emulation returns measured.
@@ -54,10 +72,14 @@ class SpeedEmulator {
   // Virtual device: the jitter multiplier of `step`, in [1 - jitter, 1 + jitter]; 1 without.
   [[nodiscard]] double noise(std::int64_t step) const;
   [[nodiscard]] bool emulated() const noexcept { return emulated_; }
-  [[nodiscard]] double speed() const noexcept { return speed_; }
+  [[nodiscard]] double speed() const noexcept { return speed_; }  // before any scheduled change
+  // The speed at `step` after the schedule's changes (step < 0: the starting speed).
+  [[nodiscard]] double speed_at(std::int64_t step) const;
   // Virtual-device mode: the standalone throughput speed / c (samples/s), without
   // transients; 0 in stretch mode (then it depends on the real hardware).
   [[nodiscard]] double virtual_throughput() const noexcept;
+  // The same at `step`, scheduled speed changes included.
+  [[nodiscard]] double virtual_throughput(std::int64_t step) const;
 
  private:
   int rank_;
@@ -67,6 +89,7 @@ class SpeedEmulator {
   std::int64_t transient_steps_ = 0;
   double seconds_per_sample_ = 0.0;
   double jitter_ = 0.0;
+  std::vector<std::pair<std::int64_t, double>> changes_;  // this rank's (step, speed), by step
   std::uint64_t seed_ = 0;
   bool emulated_ = false;
 };

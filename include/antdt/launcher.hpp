@@ -20,6 +20,9 @@ struct LaunchInfo {
   std::string job_id;  // Slurm job id (with array/step suffix where present), or ""
   std::string source;  // what the ranks came from: "mpi", "ompi", "pmi", "slurm", "none"
   std::string hostname;
+  // The node this process runs on as the batch system names it: Slurm's SLURMD_NODENAME inside
+  // a job step (several "nodes" may share one host in a test cluster), else the host name.
+  std::string node_name;
 };
 
 // Looks up an environment variable; std::nullopt when unset. Tests pass a fake.
@@ -35,6 +38,9 @@ using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
 // from the launcher variables. The job id always comes from SLURM_JOB_ID (plus
 // SLURM_ARRAY_TASK_ID as "_N" when set). Throws UsageError on malformed numbers.
 [[nodiscard]] LaunchInfo discover_launch(MPI_Comm comm, const EnvLookup& env = process_env());
+
+// LaunchInfo::node_name of this process, without asking MPI.
+[[nodiscard]] std::string discover_node_name(const EnvLookup& env = process_env());
 
 // Replaces "%j" in an output path with the job id (LaunchInfo::job_id), or "local" when there
 // is none, as Slurm's own file patterns do.

@@ -61,6 +61,7 @@ struct SessionOptions {
   std::int64_t gradient_bytes = 0;  // size of the reduced buffer, for the cost model
   double device_prior = 0.0;        // this rank's relative speed prior (gpu_relative_throughput),
                                     // 0 = unknown; seeds the first split before any measurement
+  std::string node_name;            // this rank's node (LaunchInfo::node_name); "" = discover it
 };
 
 // Called on rank 0 with each step's record and the plan in force, as the step ends (metrics
@@ -145,6 +146,8 @@ class Session {
   [[nodiscard]] double dds_seconds() const noexcept;
   // Every rank's micro-batch cap m_i, as gathered by the constructor (on every rank).
   [[nodiscard]] const std::vector<std::int64_t>& micro_batch_caps() const noexcept;
+  // Rank 0: every rank's node name, in rank order (empty elsewhere).
+  [[nodiscard]] const std::vector<std::string>& node_names() const noexcept;
   // Bytes this rank received in the last control exchange (its reply; plus a new plan on the
   // steps that issue one): independent of the number of ranks otherwise.
   [[nodiscard]] std::size_t control_bytes_received() const noexcept;

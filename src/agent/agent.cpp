@@ -13,8 +13,8 @@ double SteadyClock::now() {
 }
 
 Agent::Agent(int rank, int world_size, const dds::LedgerOptions& ledger, const EmulationOptions& emulation,
-             Clock& clock)
-    : rank_(rank), clock_(&clock), client_(ledger), emulator_(emulation, rank, world_size) {}
+             Clock& clock, const std::string& node)
+    : rank_(rank), clock_(&clock), client_(ledger), emulator_(emulation, rank, world_size, node) {}
 
 void Agent::reset_plan(std::shared_ptr<const Plan> current, std::shared_ptr<const Plan> pending) {
   plans_.reset(std::move(current), std::move(pending));

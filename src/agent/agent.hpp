@@ -54,8 +54,10 @@ class VirtualClock final : public Clock {
 
 class Agent {
  public:
-  // `clock` must outlive the Agent. UsageError on bad emulation options for this world.
-  Agent(int rank, int world_size, const dds::LedgerOptions& ledger, const EmulationOptions& emulation, Clock& clock);
+  // `clock` must outlive the Agent. UsageError on bad emulation options for this world. `node`
+  // names this rank's node for the emulation entries that name one.
+  Agent(int rank, int world_size, const dds::LedgerOptions& ledger, const EmulationOptions& emulation, Clock& clock,
+        const std::string& node = {});
 
   // The plan in force from now (start, probe, restore), and any pending one.
   void reset_plan(std::shared_ptr<const Plan> current, std::shared_ptr<const Plan> pending = nullptr);

@@ -3,6 +3,7 @@
 // when counter_uniform(seed, rank, t) < P. Pure in (seed, rank, step), hence reproducible.
 #include "antdt/emulation.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cmath>
@@ -52,7 +53,7 @@ bool EmulationOptions::active() const noexcept {
   bool slowed = false;
   for (const double s : speeds) slowed = slowed || s != 1.0;
   const bool transient = transient_probability > 0.0 && transient_factor != 1.0 && transient_steps > 0;
-  return slowed || transient || virtual_seconds_per_sample > 0.0 || jitter > 0.0;
+  return slowed || transient || virtual_seconds_per_sample > 0.0 || jitter > 0.0 || !schedule.empty();
 }
 
 std::string EmulationOptions::describe() const {
@@ -78,6 +79,14 @@ std::string EmulationOptions::describe() const {
   }
   if (jitter > 0.0) {
     out << sep << "jitter " << jitter;
+    sep = "; ";
+  }
+  if (!schedule.empty()) {
+    out << sep << "schedule ";
+    for (std::size_t i = 0; i < schedule.size(); ++i) {
+      const auto& c = schedule[i];
+      out << (i ? "," : "") << (c.rank >= 0 ? std::to_string(c.rank) : "@" + c.node) << ":" << c.step << ":" << c.speed;
+    }
     sep = "; ";
   }
   out << sep << "seed " << seed;
@@ -115,7 +124,40 @@ void parse_transient(std::string_view text, EmulationOptions& options) {
   options.transient_steps = static_cast<std::int64_t>(steps);
 }
 
-SpeedEmulator::SpeedEmulator(const EmulationOptions& options, int rank, int world_size)
+std::vector<SpeedChange> parse_schedule(std::string_view text) {
+  if (trim(text).empty()) throw UsageError("--emulate-schedule: empty; give RANK:STEP:SPEED or @NODE:STEP:SPEED, ...");
+  std::vector<SpeedChange> out;
+  for (const auto entry : split_commas(text)) {
+    const auto first = entry.find(':');
+    const auto second = first == std::string_view::npos ? first : entry.find(':', first + 1);
+    if (second == std::string_view::npos || entry.find(':', second + 1) != std::string_view::npos) {
+      throw UsageError("--emulate-schedule: '" + std::string(entry) + "' is not RANK:STEP:SPEED or @NODE:STEP:SPEED");
+    }
+    const auto who = trim(entry.substr(0, first));
+    SpeedChange c;
+    if (!who.empty() && who.front() == '@') {
+      c.node = std::string(who.substr(1));
+      if (c.node.empty()) throw UsageError("--emulate-schedule: '" + std::string(entry) + "' names no node after '@'");
+    } else {
+      const double rank = parse_double(who, "--emulate-schedule rank", text);
+      if (rank < 0 || rank != std::floor(rank) || rank > 1e8)
+        throw UsageError("--emulate-schedule: rank " + std::string(who) + " must be a whole number >= 0");
+      c.rank = static_cast<int>(rank);
+    }
+    const double step =
+        parse_double(trim(entry.substr(first + 1, second - first - 1)), "--emulate-schedule step", text);
+    if (step < 0 || step != std::floor(step) || step > 1e15)
+      throw UsageError("--emulate-schedule: step in '" + std::string(entry) + "' must be a whole number >= 0");
+    c.step = static_cast<std::int64_t>(step);
+    c.speed = parse_double(trim(entry.substr(second + 1)), "--emulate-schedule speed", text);
+    if (!(c.speed > 0.0))
+      throw UsageError("--emulate-schedule: speed in '" + std::string(entry) + "' must be > 0 (1 = full speed)");
+    out.push_back(c);
+  }
+  return out;
+}
+
+SpeedEmulator::SpeedEmulator(const EmulationOptions& options, int rank, int world_size, const std::string& node)
     : rank_(rank),
       transient_probability_(options.transient_probability),
       transient_factor_(options.transient_factor),
@@ -135,7 +177,24 @@ SpeedEmulator::SpeedEmulator(const EmulationOptions& options, int rank, int worl
   if (!(speed_ > 0.0) || !std::isfinite(speed_)) throw UsageError("--emulate-speed: speeds must be finite and > 0");
   if (options.virtual_seconds_per_sample < 0.0) throw UsageError("virtual device: seconds per sample must be >= 0");
   if (!(options.jitter >= 0.0 && options.jitter < 1.0)) throw UsageError("emulation: jitter must be in [0, 1)");
+  for (const auto& c : options.schedule) {
+    if (c.rank >= world_size) {
+      throw UsageError("--emulate-schedule: rank " + std::to_string(c.rank) + " is not a rank of this " +
+                       std::to_string(world_size) + "-rank job");
+    }
+    if (c.rank == rank || (c.rank < 0 && !node.empty() && c.node == node)) changes_.emplace_back(c.step, c.speed);
+  }
+  std::stable_sort(changes_.begin(), changes_.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   emulated_ = options.active();
+}
+
+double SpeedEmulator::speed_at(std::int64_t step) const {
+  double s = speed_;
+  for (const auto& [from, speed] : changes_) {
+    if (from > step) break;
+    s = speed;
+  }
+  return s;
 }
 
 double SpeedEmulator::slowdown(std::int64_t step) const {
@@ -159,15 +218,19 @@ double SpeedEmulator::target_compute_seconds(double measured, std::int64_t sampl
   if (!emulated_) return measured;
   double target = 0.0;
   if (seconds_per_sample_ > 0.0) {
-    target = static_cast<double>(samples) * seconds_per_sample_ / speed_ * slowdown(step) * noise(step);
+    target = static_cast<double>(samples) * seconds_per_sample_ / speed_at(step) * slowdown(step) * noise(step);
   } else {
-    target = measured / speed_ * slowdown(step);
+    target = measured / speed_at(step) * slowdown(step);
   }
   return std::max(measured, target);
 }
 
 double SpeedEmulator::virtual_throughput() const noexcept {
   return seconds_per_sample_ > 0.0 ? speed_ / seconds_per_sample_ : 0.0;
+}
+
+double SpeedEmulator::virtual_throughput(std::int64_t step) const {
+  return seconds_per_sample_ > 0.0 ? speed_at(step) / seconds_per_sample_ : 0.0;
 }
 
 void wait_for(double seconds) {

@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "antdt/comm.hpp"
@@ -28,6 +29,19 @@ std::vector<T> allgather_value(const Communicator& comm, T mine, MPI_Datatype ty
   std::vector<T> all(static_cast<std::size_t>(comm.size()));
   ANTDT_CHECK_MPI(MPI_Allgather(&mine, 1, type, all.data(), 1, type, comm.get()));
   return all;
+}
+
+// Every rank's string on rank 0, in rank order (empty elsewhere); each is cut to 255 bytes.
+inline std::vector<std::string> gather_strings(const Communicator& comm, const std::string& mine) {
+  constexpr int kWidth = 256;
+  char buf[kWidth] = {};
+  mine.copy(buf, kWidth - 1);
+  std::vector<char> all(comm.is_root() ? static_cast<std::size_t>(kWidth) * comm.size() : 0);
+  ANTDT_CHECK_MPI(MPI_Gather(buf, kWidth, MPI_CHAR, all.data(), kWidth, MPI_CHAR, 0, comm.get()));
+  std::vector<std::string> out;
+  for (int r = 0; comm.is_root() && r < comm.size(); ++r)
+    out.emplace_back(all.data() + static_cast<std::size_t>(r) * kWidth);
+  return out;
 }
 
 }  // namespace antdt::detail

@@ -101,7 +101,14 @@ LaunchInfo discover_launch(MPI_Comm comm, const EnvLookup& env) {
   }
   char host[256] = {};
   if (gethostname(host, sizeof host - 1) == 0) info.hostname = host;
+  info.node_name = discover_node_name(env);
   return info;
+}
+
+std::string discover_node_name(const EnvLookup& env) {
+  if (const auto node = env("SLURMD_NODENAME"); node && !node->empty()) return *node;
+  char host[256] = {};
+  return gethostname(host, sizeof host - 1) == 0 ? std::string(host) : std::string();
 }
 
 std::string expand_job_id(const std::string& path, const std::string& job_id) {

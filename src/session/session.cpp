@@ -14,6 +14,7 @@
 #include "agent/agent.hpp"
 #include "antdt/checkpoint.hpp"
 #include "antdt/error.hpp"
+#include "antdt/launcher.hpp"
 #include "antdt/log.hpp"
 #include "antdt/planner.hpp"
 #include "antdt/reduce.hpp"
@@ -56,6 +57,8 @@ struct Session::Impl {
   dds::LedgerOptions ledger;
   std::vector<std::int64_t> caps;  // m_i of every rank
   std::vector<double> priors;      // device priors of every rank (0 = unknown)
+  std::string node;                // this rank's node name
+  std::vector<std::string> nodes;  // rank 0: every rank's
   protocol::StepCoordinatorOptions coordinator_opt;
   agent::SteadyClock clock;
   agent::Agent agent;
@@ -71,8 +74,10 @@ struct Session::Impl {
         caps(detail::allgather_value<std::int64_t>(
             comm, opt.micro_batch_cap > 0 ? opt.micro_batch_cap : opt.global_batch, MPI_INT64_T)),
         priors(detail::allgather_value<double>(comm, opt.device_prior, MPI_DOUBLE)),
+        node(opt.node_name.empty() ? discover_node_name() : opt.node_name),
+        nodes(detail::gather_strings(comm, node)),
         coordinator_opt(detail::coordinator_options(opt, caps)),
-        agent(comm.rank(), comm.size(), ledger, opt.emulation, clock) {}
+        agent(comm.rank(), comm.size(), ledger, opt.emulation, clock, node) {}
 
   [[nodiscard]] bool root() const { return comm.is_root(); }
 
@@ -284,6 +289,7 @@ std::int64_t Session::samples_committed() const noexcept { return impl_->agent.c
 double Session::dds_seconds() const noexcept { return impl_->coordinator ? impl_->coordinator->dds_seconds() : 0.0; }
 double Session::elapsed_seconds() const noexcept { return seconds_now() - impl_->t_session; }
 const std::vector<std::int64_t>& Session::micro_batch_caps() const noexcept { return impl_->caps; }
+const std::vector<std::string>& Session::node_names() const noexcept { return impl_->nodes; }
 std::size_t Session::control_bytes_received() const noexcept { return impl_->channel.last_received_bytes(); }
 
 std::vector<EpochCoverageReport> Session::coverage() const {

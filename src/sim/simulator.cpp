@@ -117,9 +117,10 @@ class Ranks {
     return largest;
   }
 
-  [[nodiscard]] double ideal_throughput() const {
+  // Sum of the ranks' standalone throughputs at `step` (scheduled speed changes included).
+  [[nodiscard]] double ideal_throughput(std::int64_t step) const {
     double sum = 0.0;
-    for (const auto& a : agents_) sum += a.emulator().virtual_throughput();
+    for (const auto& a : agents_) sum += a.emulator().virtual_throughput(step);
     return sum;
   }
 
@@ -186,8 +187,9 @@ SimResult simulate(const SimConfig& config) {
   r.allreduce_seconds = config.network.allreduce_seconds(n, static_cast<double>(config.gradient_bytes));
   detail::LogHistogram decision, in_controller, control, error;
   coordinator.set_profiling_clock(wall_now);
+  // The ideal time of the work done: each step's samples at the sum of the ranks' speeds then.
+  double ideal_seconds = 0.0, settled_ideal = 0.0;
   double error_sum = 0.0, sum_mean_t = 0.0, sum_max_t = 0.0, now = 0.0, settled_seconds = 0.0;
-  std::int64_t settled_samples = 0;
   while (!coordinator.finished()) {
     double end = 0.0, mean_t = 0.0, max_t = 0.0;
     const auto reports = ranks.run_step(now, config.overhead_seconds, r.allreduce_seconds, end, mean_t, max_t);
@@ -218,10 +220,13 @@ SimResult simulate(const SimConfig& config) {
       if (r.plan_changes == 1) r.settled_from_step = d.plan->effective_step;
     }
     // From the step the first plan change takes effect, the run starts over for `settled`.
-    if (r.plan_changes > 0 && d.record && d.record->step == r.settled_from_step)
-      settled_seconds = 0.0, settled_samples = 0;
+    if (r.plan_changes > 0 && d.record && d.record->step == r.settled_from_step) {
+      settled_seconds = settled_ideal = 0.0;
+    }
+    const double ideal = static_cast<double>(d.reply.samples) / ranks.ideal_throughput(r.steps);
+    ideal_seconds += ideal;
+    settled_ideal += ideal;
     settled_seconds += step_seconds;
-    settled_samples += d.reply.samples;
     r.samples += d.reply.samples;
     r.seconds += step_seconds;
     sum_mean_t += mean_t;
@@ -230,11 +235,9 @@ SimResult simulate(const SimConfig& config) {
     ++r.steps;
   }
   r.throughput = r.seconds > 0.0 ? static_cast<double>(r.samples) / r.seconds : 0.0;
-  r.ideal_throughput = ranks.ideal_throughput();
-  r.efficiency = r.ideal_throughput > 0.0 ? r.throughput / r.ideal_throughput : 0.0;
-  r.settled_efficiency = settled_seconds > 0.0 && r.ideal_throughput > 0.0
-                             ? static_cast<double>(settled_samples) / settled_seconds / r.ideal_throughput
-                             : r.efficiency;
+  r.ideal_throughput = ideal_seconds > 0.0 ? static_cast<double>(r.samples) / ideal_seconds : ranks.ideal_throughput(0);
+  r.efficiency = r.seconds > 0.0 ? ideal_seconds / r.seconds : 0.0;
+  r.settled_efficiency = settled_seconds > 0.0 ? settled_ideal / settled_seconds : r.efficiency;
   r.idle_fraction = sum_max_t > 0.0 ? 1.0 - sum_mean_t / sum_max_t : 0.0;
   r.prediction_error_median = error.median();
   r.prediction_error_mean = error.count() > 0 ? error_sum / static_cast<double>(error.count()) : 0.0;

@@ -185,6 +185,20 @@ class TrainRuns(Workdir):
         self.assertLess(split[3], split[0], "the slow rank gets the smaller share")
 
 
+    def test_dd_replans_when_a_rank_turns_slow_mid_run(self):
+        js = os.path.join(self.dir, "schedule.json")
+        r = mpirun(2, *self.base(), "--global-batch", "64", "--steps", "80", "--policy", "dd", "--no-probe",
+                   "--virtual-device", "0.0005", "--emulate-schedule", "1:20:0.33", "--min-interval", "5",
+                   "--summary-json", js)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        s = self.summary(js)
+        self.assertIn("schedule 1:20:0.33", s["emulation"])
+        self.assertEqual(s["plans"][0]["batch"], [32, 32], "equal speeds until step 20")
+        changed = [p for p in s["plans"][1:] if p["effective_step"] > 20]
+        self.assertTrue(changed, s["plans"])
+        self.assertLessEqual(changed[0]["effective_step"], 20 + 25, "dd re-plans within its window")
+        self.assertLess(s["final_split"][1], s["final_split"][0] / 2, s["final_split"])
+
     def test_read_ahead_trains_exactly_as_reading_in_the_step(self):
         """--read-ahead reads the next step's samples during this one (off by default on the
         host). It must change no parameter, and the checkpoints and evaluations in between,

@@ -135,3 +135,32 @@ TEST(Emulation, WaitForSleepsAtLeastTheTime) {
   antdt::wait_for(-1.0);  // returns at once
   antdt::wait_for(0.0);
 }
+
+TEST(Emulation, ASpeedScheduleChangesARankFromItsStepOnAndFollowsItsNode) {
+  using antdt::parse_schedule;
+  using antdt::UsageError;
+  EmulationOptions o;
+  o.speeds = {1, 0.5, 1};
+  o.virtual_seconds_per_sample = 1e-3;
+  o.schedule = parse_schedule("1:10:0.25, 1:20:1, @n7:5:0.5");
+  ASSERT_EQ(o.schedule.size(), 3U);
+  EXPECT_EQ(o.schedule[2].node, "n7");
+  const SpeedEmulator r1(o, 1, 3), r2_on_n7(o, 2, 3, "n7"), r0(o, 0, 3, "n1");
+  EXPECT_EQ(r1.speed_at(9), 0.5);
+  EXPECT_EQ(r1.speed_at(10), 0.25);
+  EXPECT_EQ(r1.speed_at(19), 0.25);
+  EXPECT_EQ(r1.speed_at(20), 1.0) << "it recovers";
+  EXPECT_EQ(r2_on_n7.speed_at(4), 1.0);
+  EXPECT_EQ(r2_on_n7.speed_at(5), 0.5) << "the node's entry names whichever rank runs there";
+  EXPECT_EQ(r0.speed_at(100), 1.0);
+  EXPECT_DOUBLE_EQ(r1.target_compute_seconds(0.0, 10, 12), 10 * 1e-3 / 0.25);
+  EXPECT_DOUBLE_EQ(r1.target_compute_seconds(0.0, 10, -1), 10 * 1e-3 / 0.5) << "a probe sees the starting speed";
+  EXPECT_NE(o.describe().find("schedule 1:10:0.25,1:20:1,@n7:5:0.5"), std::string::npos) << o.describe();
+  EXPECT_THROW((void)parse_schedule("1:10"), UsageError);
+  EXPECT_THROW((void)parse_schedule("x:1:0.5"), UsageError);
+  EXPECT_THROW((void)parse_schedule("@:1:0.5"), UsageError);
+  EXPECT_THROW((void)parse_schedule("1:-2:0.5"), UsageError);
+  EXPECT_THROW((void)parse_schedule("1:2:0"), UsageError);
+  o.schedule = parse_schedule("3:1:0.5");
+  EXPECT_THROW(SpeedEmulator(o, 0, 3), UsageError) << "rank 3 is not in a 3-rank job";
+}
