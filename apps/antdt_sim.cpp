@@ -157,7 +157,8 @@ int run(int argc, char** argv) {
   app.add_option("--prefetch-steps", config.prefetch_steps, "Grants this many steps ahead")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
-  app.add_option("--policy", policies, "Controller policies to compare, one after another (static, dd, or a plugin)")
+  app.add_option("--policy", policies,
+                 "Controller policies to compare, one after another (static, dd, nd, or a plugin)")
       ->expected(1, -1)
       ->capture_default_str();
   app.add_option("--micro-batch-cap", caps,
@@ -212,6 +213,20 @@ int run(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--link-beta", config.network.beta, "Simulated network: seconds per byte on a link")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--link-atomic", config.network.atomic_seconds,
+                 "Simulated network: one remote atomic on rank 0's pool counter (nd's claims), seconds")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--backup-workers", config.backup_workers,
+                 "nd: ranks a step may do without (default 1, or 0 on a single rank)")
+      ->check(CLI::Range(-1, 1 << 24));
+  app.add_option("--nd-chunks", config.chunks_per_share, "nd: a micro-chunk is about a rank's share / this")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  app.add_option("--chunk-overhead", config.chunk_overhead_seconds,
+                 "nd: seconds per micro-chunk besides its compute and claims (its read)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--slow-links", slow_links, "RANK,RANK...:FACTOR: these ranks' links are FACTOR times slower");

@@ -81,6 +81,8 @@ SessionOptions session_options(const TrainOptions& o, const data::Dataset& train
   so.controller.min_interval = o.min_interval;
   so.controller.window = o.window;
   so.controller.persistence = o.persistence;
+  so.backup_workers = o.backup_workers;
+  so.chunks_per_share = o.nd_chunks;
   if (!o.emulate_speed.empty()) so.emulation.speeds = parse_speeds(o.emulate_speed);
   if (!o.emulate_transient.empty()) parse_transient(o.emulate_transient, so.emulation);
   if (!o.emulate_schedule.empty()) so.emulation.schedule = parse_schedule(o.emulate_schedule);
@@ -98,8 +100,10 @@ Reduction make_reduction(const TrainOptions& o, const Session& session, Model& m
   r.buckets = model.gradient_buckets();
   // auto leaves emulated stragglers alone: their stretch is a wait after compute, which an
   // overlapped reduction would hide more fully than a really slower device's backward could.
-  r.overlap = o.reduce_overlap == "on" ||
-              (o.reduce_overlap == "auto" && device.backend == Backend::cuda && !session.emulated());
+  // Pooled steps have no known last micro-batch to overlap.
+  r.overlap = !policy_pools(o.policy) &&
+              (o.reduce_overlap == "on" ||
+               (o.reduce_overlap == "auto" && device.backend == Backend::cuda && !session.emulated()));
   if (r.overlap && !r.reducer->begin_overlapped(model.gradient_buffer(), model.gradient_count(), r.buckets)) {
     if (session.rank() == 0 && o.reduce_overlap == "on") {
       ANTDT_LOG(warn) << "--reduce-overlap on: the " << r.reducer->name()

@@ -116,13 +116,21 @@ void add_options(CLI::App& app, TrainOptions& o) {
 
   const char* pol = "Policy";
   app.add_option("--policy", o.policy,
-                 "static (equal batches), dd (dedicated: speed-proportional batches), nd (non-dedicated)")
+                 "static (equal batches), dd (dedicated: speed-proportional batches), nd (non-dedicated: every "
+                 "rank claims micro-chunks of the step until B samples are done, whoever did them; docs/nd.md)")
       ->group(pol)
       ->check(CLI::IsMember({"static", "dd", "nd"}))
       ->capture_default_str();
-  app.add_option("--backup-workers", o.backup_workers, "Backup ranks per step (nd policy only)")
+  app.add_option("--backup-workers", o.backup_workers,
+                 "nd: ranks a step may do without; each rank may claim up to P/(P-b) times its share, so any "
+                 "P-b ranks can do the step's B samples (0 to ranks-1; default 1, or 0 on a single rank)")
       ->group(pol)
-      ->check(CLI::NonNegativeNumber)
+      ->check(CLI::Range(-1, 1 << 20));
+  app.add_option("--nd-chunks", o.nd_chunks,
+                 "nd: a rank's micro-chunk is about its share / this (at most --micro-batch-cap); smaller chunks "
+                 "end a step closer to B samples done, each costs one claim on rank 0")
+      ->group(pol)
+      ->check(CLI::Range(1, 1024))
       ->capture_default_str();
   app.add_flag("--probe,!--no-probe", o.probe,
                "Time a few micro-steps per rank at start so the planner begins from the best split (default: on)")
@@ -211,12 +219,10 @@ void add_options(CLI::App& app, TrainOptions& o) {
 void validate(const TrainOptions& o, int world) {
   using antdt::UsageError;
   if (o.steps == 0 && o.epochs == 0) throw UsageError("give --steps or --epochs (or both)");
-  if (o.policy == "nd") {
-    throw UsageError(
-        "--policy nd (non-dedicated mode: backup workers, kill-restart) is not available in this version; "
-        "use static or dd");
+  if (o.policy == "nd" && o.backup_workers >= world) {
+    throw UsageError("--backup-workers " + std::to_string(o.backup_workers) + " leaves no rank to do a step of this " +
+                     std::to_string(world) + "-rank job (give 0 to " + std::to_string(world - 1) + ")");
   }
-  if (o.backup_workers > 0) throw UsageError("--backup-workers needs --policy nd");
   if (o.resume && o.checkpoint_dir.empty()) throw UsageError("--resume needs --checkpoint-dir");
   if (o.checkpoint_every > 0 && o.checkpoint_dir.empty()) throw UsageError("--checkpoint-every needs --checkpoint-dir");
   if (o.eval_every > 0 && o.eval_data.empty()) throw UsageError("--eval-every needs --eval-data");

@@ -41,7 +41,8 @@ struct TrainOptions {
   int prefetch_steps = 2;
   // policy
   std::string policy = "dd";
-  int backup_workers = 0;
+  int backup_workers = -1;  // nd only; -1: 1, or 0 on a single rank
+  int nd_chunks = 8;
   bool probe = true;
   double min_gain = 0.05;
   std::int64_t min_interval = 10;

@@ -52,6 +52,13 @@ StepSummary Trainer::step() {
     std::raise(SIGKILL);
   }
   const StepWork work = session.begin_step();
+  if (work.pooled) {
+    model.zero_gradients();
+    const BatchResult total = pooled_compute();
+    session.reduce_sums(model.gradient_buffer(), model.gradient_count(), *reduction.reducer);
+    model.apply_update();
+    return session.end_step(total.loss_sum, total.correct);
+  }
   (void)ahead.fill(work.samples, batch);  // without a read-ahead started, a plain read
   session.mark_data_ready();
   if (read_ahead && !(o.steps > 0 && session.step() + 1 >= o.steps)) ahead.start(session.next_samples());
@@ -73,6 +80,24 @@ StepSummary Trainer::step() {
   }
   model.apply_update();
   return session.end_step(total.loss_sum, total.correct);
+}
+
+BatchResult Trainer::pooled_compute() {
+  BatchResult total;
+  for (auto chunk = session.next_chunk(); !chunk.empty(); chunk = session.next_chunk()) {
+    (void)ahead.fill(chunk, batch);
+    const double t0 = MPI_Wtime();
+    const BatchResult r =
+        model.accumulate(batch.features.data(), batch.labels.data(), static_cast<std::int64_t>(chunk.size()));
+    model.synchronize();
+    session.chunk_done(device.backend == Backend::cuda ? r.device_seconds : MPI_Wtime() - t0);
+    total.loss_sum += r.loss_sum;
+    total.correct += r.correct;
+    total.samples += r.samples;
+    total.device_seconds += r.device_seconds;
+  }
+  session.mark_compute_done();
+  return total;
 }
 
 void Trainer::between_steps(const StepSummary& s) {

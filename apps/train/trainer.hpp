@@ -74,8 +74,9 @@ struct Trainer {
   // Reads each step's samples; with --read-ahead also the next step's while this one computes
   // (docs/data.md). It is gone (its read waited for) before the data sets close.
   data::ReadAhead ahead{*data.train, o.pin_memory&& device.backend == Backend::cuda};
-  bool read_ahead = o.read_ahead == "on" ||
-                    (o.read_ahead == "auto" && device.backend == Backend::cuda && o.read_mode == "independent");
+  bool read_ahead = !policy_pools(o.policy) &&  // a pooled step's samples are claimed as it goes
+                    (o.read_ahead == "on" ||
+                     (o.read_ahead == "auto" && device.backend == Backend::cuda && o.read_mode == "independent"));
   double t_start = 0;
   std::int64_t committed_at_start = 0, step_at_start = 0;  // > 0 after a resume
   std::vector<double> recent_loss{};
@@ -86,6 +87,8 @@ struct Trainer {
   void save_checkpoint();
   // One training step: read, compute in micro-batches, reduce, update, end the step.
   StepSummary step();
+  // A pooled step's compute (nd): claim, read and accumulate micro-chunks until the pool is empty.
+  BatchResult pooled_compute();
   void between_steps(const StepSummary& s);
   void progress(const StepSummary& s, std::int64_t done) const;
   // Runs every step; returns the wall time of the loop.

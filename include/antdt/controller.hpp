@@ -76,6 +76,9 @@ class PolicyPlugin {
   // Whether the policy moves work between ranks at all. One that does not (static, plain BSP)
   // keeps equal shares: no GPU-generation prior seeds its first split and no probe is run.
   [[nodiscard]] virtual bool rebalances() const { return true; }
+  // Whether steps are pooled (every rank claims micro-chunks of B until B are claimed) instead
+  // of split into fixed shares; nd does (docs/nd.md).
+  [[nodiscard]] virtual bool pools() const { return false; }
   [[nodiscard]] virtual std::vector<std::byte> save_state() const { return {}; }
   virtual void load_state(std::span<const std::byte> /*state*/) {}
 };
@@ -88,8 +91,9 @@ void register_policy(const std::string& name, PolicyFactory factory);
 // A new instance of the named policy; UsageError listing the known names if none matches.
 [[nodiscard]] std::unique_ptr<PolicyPlugin> make_policy(const std::string& name);
 [[nodiscard]] std::vector<std::string> policy_names();  // sorted
-// make_policy(name)->rebalances(): UsageError for an unknown name.
+// make_policy(name)->rebalances() and ->pools(): UsageError for an unknown name.
 [[nodiscard]] bool policy_rebalances(const std::string& name);
+[[nodiscard]] bool policy_pools(const std::string& name);
 
 class Controller {
  public:

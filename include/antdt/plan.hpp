@@ -43,6 +43,21 @@ struct Plan {
 // Ceil division for non-negative counts.
 [[nodiscard]] constexpr std::int64_t ceil_div(std::int64_t a, std::int64_t b) noexcept { return (a + b - 1) / b; }
 
+// Non-dedicated (pooled) steps, docs/nd.md: every rank claims micro-chunks of the step's
+// global batch from a pool until B are claimed. The plan's b_i is then rank i's expected share:
+// it sizes its chunks and its grants, and caps what it may claim.
+struct PoolOptions {
+  bool pooled = false;       // steps are pooled (a policy that pools, such as nd)
+  int backup_workers = 0;    // b: ranks a step may do without (any P - b of them can do B)
+  int chunks_per_share = 8;  // a rank's chunk is about b_i / this (at most m_i)
+};
+
+// What rank i is provisioned to claim in one pooled step (its grants are sized for it):
+// ceil(b_i * P / (P - b)), at most the global batch, so that any P - b ranks together can do
+// all of B.
+[[nodiscard]] std::int64_t pooled_claim_cap(std::int64_t share, std::int64_t global_batch, int world,
+                                            int backup_workers);
+
 // THE micro-batch rule, used by the plan, the Session and accumulate_micro_batches: n samples
 // in ceil(n / cap) near-equal parts, the first n % k one larger. Empty for n <= 0; UsageError
 // for cap < 1.

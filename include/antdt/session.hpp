@@ -57,6 +57,9 @@ struct SessionOptions {
   std::int64_t max_steps = 0;       // 0 = unlimited (stop by epochs)
   int prefetch_steps = 2;           // shards are granted this many steps ahead
   ControllerOptions controller;     // policy, hysteresis, windows (global_batch/caps are filled in)
+  int backup_workers = -1;          // pooled policies (nd): ranks a step may do without (docs/nd.md);
+                                    // -1: 1, or 0 on a single rank
+  int chunks_per_share = 8;         // pooled policies: a micro-chunk is about b_i / this
   EmulationOptions emulation;       // straggler emulation (tests, benchmarks)
   std::int64_t gradient_bytes = 0;  // size of the reduced buffer, for the cost model
   double device_prior = 0.0;        // this rank's relative speed prior (gpu_relative_throughput),
@@ -96,6 +99,15 @@ class Session {
   // Local, optional: marks local gradients ready (before any sync). `measured_seconds` >= 0
   // overrides the host clock (e.g. CUDA event time). Applies the speed emulation (waits).
   void mark_compute_done(double measured_seconds = -1.0);
+
+  // A pooled step (StepWork::pooled; policy nd, docs/nd.md): this rank's next micro-chunk of
+  // the step's global batch, claimed from rank 0's pool by one one-sided atomic; empty when all
+  // B samples are claimed (or this rank holds no more). Then: read the chunk,
+  // accumulate its gradient sums, chunk_done(); after the last, reduce as in any step.
+  [[nodiscard]] std::vector<std::int64_t> next_chunk();
+  // Local: the chunk's compute took `measured_seconds` (CUDA event or host time; < 0: the
+  // host clock since next_chunk returned). Waits out the emulated slowdown of the chunk.
+  void chunk_done(double measured_seconds = -1.0);
 
   // Collective, the fused fast path of the built-in model: sums `buffer` (count floats,
   // host or device memory matching `reducer`) over ranks in place. Its LAST element carries
@@ -151,6 +163,13 @@ class Session {
   // Bytes this rank received in the last control exchange (its reply; plus a new plan on the
   // steps that issue one): independent of the number of ranks otherwise.
   [[nodiscard]] std::size_t control_bytes_received() const noexcept;
+  // Pooled steps: this rank's one-sided atomics on rank 0's pool counter so far, and the wall
+  // time they took (the cost of knowing when a step's B samples are claimed).
+  struct PoolCost {
+    std::int64_t atomics = 0;
+    double seconds = 0.0;
+  };
+  [[nodiscard]] PoolCost pool_cost() const noexcept;
 
  private:
   struct Impl;

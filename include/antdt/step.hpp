@@ -17,6 +17,9 @@ struct StepWork {
   std::vector<std::int64_t> samples;        // sample indices, in order
   std::vector<std::int64_t> micro_batches;  // sizes of the accumulation micro-steps; sum == samples.size()
   std::int64_t plan_version = 0;
+  // A pooled (non-dedicated) step: samples and micro_batches are empty; claim this rank's
+  // micro-chunks with Session::next_chunk() until it returns none.
+  bool pooled = false;
 };
 
 // What end_step learned about the whole step (identical on every rank).

@@ -62,7 +62,8 @@ void fill(const std::vector<std::int64_t>& idx, std::int64_t dim, std::int64_t c
 
 struct RunResult {
   double throughput = 0, ideal = 0, ideal_measured = 0, control_fraction = 0, dds_fraction = 0;
-  std::size_t reply_bytes = 0;  // most bytes any rank received in one step's control exchange
+  double pool_us_per_step = 0, atomics_per_step = 0;  // pooled steps, the most of any rank
+  std::size_t reply_bytes = 0;                        // most bytes any rank received in one step's control exchange
   std::int64_t plan_changes = 0;
   std::vector<std::int64_t> split;
 };
@@ -107,13 +108,22 @@ RunResult run_session(const Options& o, const std::string& policy, const Emulati
     const double c0 = MPI_Wtime();
     StepWork w = s.begin_step();
     control += step >= o.warmup ? MPI_Wtime() - c0 : 0.0;
-    fill(w.samples, dim, classes, x, y);
-    s.mark_data_ready();
     model->zero_gradients();
-    std::int64_t off = 0;
-    for (auto m : w.micro_batches) {
-      model->accumulate(x.data() + off * dim, y.data() + off, m);
-      off += m;
+    if (w.pooled) {  // nd: claim micro-chunks of the step until B are claimed
+      for (auto chunk = s.next_chunk(); !chunk.empty(); chunk = s.next_chunk()) {
+        fill(chunk, dim, classes, x, y);
+        const double t = MPI_Wtime();
+        model->accumulate(x.data(), y.data(), static_cast<std::int64_t>(chunk.size()));
+        s.chunk_done(MPI_Wtime() - t);
+      }
+    } else {
+      fill(w.samples, dim, classes, x, y);
+      s.mark_data_ready();
+      std::int64_t off = 0;
+      for (auto m : w.micro_batches) {
+        model->accumulate(x.data() + off * dim, y.data() + off, m);
+        off += m;
+      }
     }
     s.reduce_sums(model->gradient_buffer(), model->gradient_count(), *reducer);
     model->apply_update();
@@ -149,6 +159,11 @@ RunResult run_session(const Options& o, const std::string& policy, const Emulati
   MPI_Bcast(&r.plan_changes, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
   MPI_Allreduce(MPI_IN_PLACE, &bytes, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
   r.reply_bytes = bytes;
+  double pool[2] = {1e6 * s.pool_cost().seconds / static_cast<double>(o.steps),
+                    static_cast<double>(s.pool_cost().atomics) / static_cast<double>(o.steps)};
+  MPI_Allreduce(MPI_IN_PLACE, pool, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  r.pool_us_per_step = pool[0];
+  r.atomics_per_step = pool[1];
   return r;
 }
 
@@ -201,7 +216,8 @@ int main(int argc, char** argv) {
   app.add_option("--mode", o.mode, "efficiency, overhead or transient")
       ->check(CLI::IsMember({"efficiency", "overhead", "transient"}));
   app.add_option("--speeds", o.speeds, "Emulated per-rank speeds (efficiency mode; default 1,..,1,0.33)");
-  app.add_option("--transient", o.transient, "P,FACTOR,STEPS slowdowns (transient mode; default 0.1,3,1)");
+  app.add_option("--transient", o.transient,
+                 "P,FACTOR,STEPS slowdowns (transient mode: default 0.1,3,1; efficiency mode: none unless given)");
   app.add_option("--policies", o.policies, "Policies compared in efficiency mode")->capture_default_str();
   app.add_option("--steps", o.steps, "Steps per run")->capture_default_str();
   app.add_option("--warmup", o.warmup, "Steps excluded from timing")->capture_default_str();
@@ -268,6 +284,10 @@ int main(int argc, char** argv) {
     for (const auto& p : parts) o.speeds += (o.speeds.empty() ? "" : ",") + p;
   }
   emu.speeds = parse_speeds(o.speeds);
+  if (!o.transient.empty()) {
+    parse_transient(o.transient, emu);
+    emu.seed = 11;
+  }
   std::vector<std::string> policies;
   for (std::size_t a = 0, b; a <= o.policies.size(); a = b + 1) {
     b = o.policies.find(',', a);
@@ -288,9 +308,10 @@ int main(int argc, char** argv) {
     }
     std::printf(
         "# efficiency: %d ranks, EMULATED speeds %s on a virtual device (%.2g s/sample at speed 1), tiny MLP %s,\n"
-        "# B=%lld, %lld steps (%lld warm-up), %d repeats; static limit N*min(x)/sum(x) = %.3f\n",
+        "# B=%lld, %lld steps (%lld warm-up), %d repeats; static limit N*min(x)/sum(x) = %.3f%s%s\n",
         world, o.speeds.c_str(), o.virtual_device, o.layers.c_str(), static_cast<long long>(o.global_batch),
-        static_cast<long long>(o.steps), static_cast<long long>(o.warmup), o.repeats, world * min_speed / sum_speed);
+        static_cast<long long>(o.steps), static_cast<long long>(o.warmup), o.repeats, world * min_speed / sum_speed,
+        o.transient.empty() ? "" : "; transient slowdowns ", o.transient.c_str());
     std::printf("%-8s %-6s %12s %12s %10s %12s %8s %8s %s\n", "policy", "repeat", "samples/s", "ideal", "efficiency",
                 "eff(meas.x)", "control", "dds", "final split");
   }
@@ -306,10 +327,14 @@ int main(int argc, char** argv) {
       ctrl[p].push_back(a.control_fraction);
       dds[p].push_back(a.dds_fraction);
       if (rank == 0) {
-        std::printf("%-8s %-6d %12.0f %12.0f %10.3f %12.3f %7.2f%% %7.3f%% %s (%lld plan changes)\n",
-                    policies[p].c_str(), r, a.throughput, a.ideal, a.throughput / a.ideal,
-                    a.throughput / a.ideal_measured, 100 * a.control_fraction, 100 * a.dds_fraction,
-                    join(a.split).c_str(), static_cast<long long>(a.plan_changes));
+        std::printf("%-8s %-6d %12.0f %12.0f %10.3f %12.3f %7.2f%% %7.3f%% %s (%lld plan changes)", policies[p].c_str(),
+                    r, a.throughput, a.ideal, a.throughput / a.ideal, a.throughput / a.ideal_measured,
+                    100 * a.control_fraction, 100 * a.dds_fraction, join(a.split).c_str(),
+                    static_cast<long long>(a.plan_changes));
+        if (a.atomics_per_step > 0)
+          std::printf(" pool: %.1f atomics, %.1f us per step (most of any rank)", a.atomics_per_step,
+                      a.pool_us_per_step);
+        std::printf("\n");
       }
     }
   }

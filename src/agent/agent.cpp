@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 
 #include "antdt/error.hpp"
 #include "antdt/log.hpp"
@@ -13,8 +14,18 @@ double SteadyClock::now() {
 }
 
 Agent::Agent(int rank, int world_size, const dds::LedgerOptions& ledger, const EmulationOptions& emulation,
-             Clock& clock, const std::string& node)
-    : rank_(rank), clock_(&clock), client_(ledger), emulator_(emulation, rank, world_size, node) {}
+             Clock& clock, const std::string& node, PoolOptions pool)
+    : rank_(rank),
+      world_(world_size),
+      pool_(pool),
+      clock_(&clock),
+      client_(ledger),
+      emulator_(emulation, rank, world_size, node) {
+  if (pool.pooled) {
+    (void)pooled_claim_cap(1, 1, world_size, pool.backup_workers);  // UsageError on a bad count
+    if (pool.chunks_per_share < 1) throw UsageError("pooled steps: chunks per share must be at least 1");
+  }
+}
 
 void Agent::reset_plan(std::shared_ptr<const Plan> current, std::shared_ptr<const Plan> pending) {
   plans_.reset(std::move(current), std::move(pending));
@@ -39,10 +50,19 @@ StepWork Agent::begin() {
   w.step = step_;
   w.epoch = completed_epochs_;
   w.plan_version = p.version;
-  w.samples = client_.take(p.batch[static_cast<std::size_t>(rank_)]);
-  samples_ = static_cast<std::int64_t>(w.samples.size());
-  w.micro_batches = p.micro_batches(rank_, samples_);
-  micro_steps_ = static_cast<std::int32_t>(w.micro_batches.size());
+  w.pooled = pool_.pooled;
+  if (pool_.pooled) {
+    samples_ = 0;
+    micro_steps_ = 0;
+    claimed_seen_ = 0;
+    pool_empty_ = false;
+    chunk_ = 0;
+  } else {
+    w.samples = client_.take(p.batch[static_cast<std::size_t>(rank_)]);
+    samples_ = static_cast<std::int64_t>(w.samples.size());
+    w.micro_batches = p.micro_batches(rank_, samples_);
+    micro_steps_ = static_cast<std::int32_t>(w.micro_batches.size());
+  }
   in_step_ = true;
   compute_marked_ = false;
   data_wait_seconds_ = compute_seconds_ = reduce_seconds_ = 0.0;
@@ -57,6 +77,13 @@ void Agent::mark_data_ready() {
 
 void Agent::mark_compute_done(double measured) {
   if (compute_marked_) return;
+  if (pool_.pooled) {
+    chunk_done();  // a chunk the caller did not close
+    // The chunks' compute was counted one by one; the rest of the step was data.
+    data_wait_seconds_ = std::max(0.0, clock_->now() - t_begin_ - compute_seconds_);
+    compute_marked_ = true;
+    return;
+  }
   const double took = measured >= 0.0 ? measured : clock_->now() - t_data_ready_;
   const double target = emulator_.target_compute_seconds(took, samples_, step_);
   if (target > took) clock_->wait(target - took);
@@ -64,9 +91,70 @@ void Agent::mark_compute_done(double measured) {
   compute_marked_ = true;
 }
 
+double Agent::usual_rate() const {
+  if (recent_rates_.empty()) return 0.0;
+  std::vector<double> r = recent_rates_;
+  std::nth_element(r.begin(), r.begin() + static_cast<std::ptrdiff_t>(r.size() / 2), r.end());
+  return r[r.size() / 2];
+}
+
+// The chunk (guided self-scheduling): about b_i / chunks_per_share, at most m_i and what the
+// rank still holds. As the pool drains it shrinks to this rank's part of what is left now
+// (b_i / B of it, read from the pool just before: one more atomic), and further by how much
+// slower than usual the rank runs this step: then a rank that is slowed now claims what it can
+// finish by the time the others drain the pool, and the step's last chunks, which everyone
+// waits for, stay short.
+std::vector<std::int64_t> Agent::next_chunk(StepPool& pool) {
+  if (!in_step_ || !pool_.pooled) throw UsageError("Session::next_chunk outside a pooled step (policy nd)");
+  if (chunk_ > 0) chunk_done();
+  const Plan& p = plan();
+  const auto r = static_cast<std::size_t>(rank_);
+  const std::int64_t share = std::max<std::int64_t>(1, p.batch[r]);
+  // What it holds bounds what it may claim: its grants are sized (pooled_claim_cap) so that it
+  // can do P/(P-b) times its share in a step, and more when it holds more.
+  const std::int64_t may = client_.held();
+  if (pool_empty_ || may <= 0) return {};
+  double pace = 1.0;  // this step's throughput over the usual one, at most 1
+  if (const double usual = usual_rate(); usual > 0.0 && compute_seconds_ > 0.0)
+    pace = std::min(1.0, static_cast<double>(samples_) / compute_seconds_ / usual);
+  // Only worth a look when the rank may be slow, or the pool may be nearly drained.
+  if (pace < 1.0 || claimed_seen_ > p.global_batch / 2) claimed_seen_ = pool.claimed();
+  const double left = static_cast<double>(std::max<std::int64_t>(1, p.global_batch - claimed_seen_));
+  const double mine_of_left = left * static_cast<double>(share) / static_cast<double>(p.global_batch) * pace;
+  std::int64_t want = std::max<std::int64_t>(1, ceil_div(share, pool_.chunks_per_share));
+  want = std::min(
+      {want, std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(mine_of_left))), p.micro_batch_cap[r], may});
+  std::int64_t before = 0;
+  const std::int64_t got = pool.claim(want, p.global_batch, before);
+  claimed_seen_ = before + want;
+  if (got == 0) {
+    pool_empty_ = true;
+    return {};
+  }
+  std::vector<std::int64_t> indices = client_.take(got);
+  chunk_ = got;
+  samples_ += got;
+  ++micro_steps_;
+  t_chunk_ = clock_->now();
+  return indices;
+}
+
+void Agent::chunk_done(double measured) {
+  if (chunk_ == 0) return;
+  const double took = measured >= 0.0 ? measured : clock_->now() - t_chunk_;
+  const double target = emulator_.target_compute_seconds(took, chunk_, step_);
+  if (target > took) clock_->wait(target - took);
+  compute_seconds_ += std::max(took, target);
+  chunk_ = 0;
+}
+
 protocol::StepReport Agent::report(double loss_sum, std::int64_t correct) {
   if (!in_step_) throw UsageError("Session::end_step called without begin_step");
   mark_compute_done();
+  if (pool_.pooled && samples_ > 0 && compute_seconds_ > 0.0) {
+    recent_rates_.push_back(static_cast<double>(samples_) / compute_seconds_);
+    if (recent_rates_.size() > kRateWindow) recent_rates_.erase(recent_rates_.begin());
+  }
   protocol::StepReport r;
   r.step = step_;
   r.plan_version = plan().version;
@@ -130,7 +218,7 @@ double Agent::probe(const std::function<void(std::int64_t)>& micro_step, std::in
 }
 
 std::vector<std::int64_t> Agent::next_samples() const {
-  if (finished_ || !plans_.has_plan()) return {};
+  if (finished_ || !plans_.has_plan() || pool_.pooled) return {};
   const Plan& p = plans_.at(in_step_ ? step_ + 1 : step_);
   const auto r = static_cast<std::size_t>(rank_);
   return r < p.batch.size() ? client_.peek(p.batch[r]) : std::vector<std::int64_t>{};

@@ -10,6 +10,10 @@
 //   StepReport r = agent.report(loss, correct);
 //   ... StepReply for this rank ...
 //   StepSummary s = agent.apply(reply, plan);   // grants, next plan, counters
+//
+// A pooled (non-dedicated) step takes no fixed share: between begin() and mark_compute_done()
+// the rank claims micro-chunks from the step's pool (next_chunk) and computes each
+// (chunk_done), until the pool is empty (docs/nd.md).
 #pragma once
 
 #include <cstdint>
@@ -17,6 +21,7 @@
 #include <memory>
 #include <vector>
 
+#include "agent/step_pool.hpp"
 #include "antdt/dds.hpp"
 #include "antdt/emulation.hpp"
 #include "antdt/plan.hpp"
@@ -57,7 +62,7 @@ class Agent {
   // `clock` must outlive the Agent. UsageError on bad emulation options for this world. `node`
   // names this rank's node for the emulation entries that name one.
   Agent(int rank, int world_size, const dds::LedgerOptions& ledger, const EmulationOptions& emulation, Clock& clock,
-        const std::string& node = {});
+        const std::string& node = {}, PoolOptions pool = {});
 
   // The plan in force from now (start, probe, restore), and any pending one.
   void reset_plan(std::shared_ptr<const Plan> current, std::shared_ptr<const Plan> pending = nullptr);
@@ -70,8 +75,16 @@ class Agent {
   StepWork begin();
   void mark_data_ready();
   // `measured` >= 0 overrides the clock (CUDA event time). Waits out the emulated slowdown.
-  // Only the first call of a step counts.
+  // Only the first call of a step counts. In a pooled step it ends the claiming (the
+  // chunks' compute was counted by chunk_done) and `measured` is not used.
   void mark_compute_done(double measured = -1.0);
+  // Pooled steps: claims this rank's next micro-chunk from `pool` and takes its samples from
+  // the grants; empty when the pool is empty or this rank holds no more. UsageError outside a
+  // pooled step.
+  std::vector<std::int64_t> next_chunk(StepPool& pool);
+  // Pooled steps: the last chunk's compute took `measured` seconds (< 0: since next_chunk
+  // returned); waits out the emulated slowdown of the chunk.
+  void chunk_done(double measured = -1.0);
   void add_reduce_seconds(double seconds) { reduce_seconds_ += seconds; }
   // Closes the step's timing and says what the rank did. UsageError without begin().
   [[nodiscard]] protocol::StepReport report(double loss_sum, std::int64_t correct);
@@ -97,9 +110,12 @@ class Agent {
   [[nodiscard]] std::int64_t committed_total() const noexcept { return committed_total_; }
   [[nodiscard]] const SpeedEmulator& emulator() const noexcept { return emulator_; }
   [[nodiscard]] std::int64_t held() const noexcept { return client_.held(); }
+  [[nodiscard]] const PoolOptions& pool() const noexcept { return pool_; }
 
  private:
   int rank_;
+  int world_;
+  PoolOptions pool_;
   Clock* clock_;
   dds::Client client_;
   SpeedEmulator emulator_;
@@ -118,6 +134,16 @@ class Agent {
   double data_wait_seconds_ = 0.0, compute_seconds_ = 0.0, reduce_seconds_ = 0.0;
   std::int64_t samples_ = 0;
   std::int32_t micro_steps_ = 0;
+  // The open pooled step.
+  std::int64_t claimed_seen_ = 0;  // the pool's count as of this rank's last claim
+  bool pool_empty_ = false;
+  std::int64_t chunk_ = 0;  // samples of the chunk being computed
+  double t_chunk_ = 0.0;
+  // This rank's usual pooled throughput (samples per compute-second): the median of its last
+  // kRateWindow steps', what "slowed this step" is measured against.
+  static constexpr std::size_t kRateWindow = 5;
+  std::vector<double> recent_rates_;
+  [[nodiscard]] double usual_rate() const;
 };
 
 }  // namespace antdt::agent

@@ -37,7 +37,7 @@ class StaticPolicy final : public PolicyPlugin {
   [[nodiscard]] bool rebalances() const override { return false; }
 };
 
-class DdPolicy final : public PolicyPlugin {
+class DdPolicy : public PolicyPlugin {
  public:
   [[nodiscard]] std::string name() const override { return "dd"; }
 
@@ -126,6 +126,15 @@ class DdPolicy final : public PolicyPlugin {
   int gain_streak_ = 0;
 };
 
+// nd (AntDT-ND, docs/nd.md): steps are pooled, so transient slowness is absorbed within the
+// step by the other ranks' claims; the shares (which size chunks and grants) follow dd's
+// rebalancing of deterministic and persistent slowness.
+class NdPolicy final : public DdPolicy {
+ public:
+  [[nodiscard]] std::string name() const override { return "nd"; }
+  [[nodiscard]] bool pools() const override { return true; }
+};
+
 struct Registry {
   std::mutex mutex;
   std::map<std::string, PolicyFactory> factories;
@@ -136,6 +145,7 @@ Registry& registry() {
     auto* reg = new Registry;  // never destroyed: usable from static destructors
     reg->factories["static"] = [] { return std::make_unique<StaticPolicy>(); };
     reg->factories["dd"] = [] { return std::make_unique<DdPolicy>(); };
+    reg->factories["nd"] = [] { return std::make_unique<NdPolicy>(); };
     return reg;
   }();
   return *r;
@@ -191,5 +201,6 @@ std::unique_ptr<PolicyPlugin> make_policy(const std::string& name) {
 }
 
 bool policy_rebalances(const std::string& name) { return make_policy(name)->rebalances(); }
+bool policy_pools(const std::string& name) { return make_policy(name)->pools(); }
 
 }  // namespace antdt

@@ -1,5 +1,8 @@
 #include "antdt/plan.hpp"
 
+#include <algorithm>
+#include <string>
+
 #include "antdt/error.hpp"
 
 namespace antdt {
@@ -20,6 +23,15 @@ std::vector<std::int64_t> Plan::micro_batches(int rank) const {
 
 std::vector<std::int64_t> Plan::micro_batches(int rank, std::int64_t n) const {
   return split_micro_batches(n, micro_batch_cap.at(static_cast<std::size_t>(rank)));
+}
+
+std::int64_t pooled_claim_cap(std::int64_t share, std::int64_t global_batch, int world, int backup_workers) {
+  if (world < 1 || backup_workers < 0 || backup_workers >= world) {
+    throw UsageError("backup workers: " + std::to_string(backup_workers) + " of " + std::to_string(world) +
+                     " ranks; a step needs at least one rank that is not a backup");
+  }
+  const auto doers = static_cast<std::int64_t>(world - backup_workers);
+  return std::min(global_batch, ceil_div(share * world, doers));
 }
 
 void PlanSchedule::reset(std::shared_ptr<const Plan> current, std::shared_ptr<const Plan> pending) {

@@ -61,6 +61,10 @@ std::vector<std::int64_t> StepCoordinator::coming_demand() const {
     for (std::size_t i = 0; i < demand.size() && i < next->batch.size(); ++i)
       demand[i] = std::max(demand[i], next->batch[i]);
   }
+  if (options_.pool.pooled) {  // a rank may claim more than its share in a pooled step
+    const auto world = static_cast<int>(demand.size());
+    for (auto& d : demand) d = pooled_claim_cap(d, plans_.current().global_batch, world, options_.pool.backup_workers);
+  }
   return demand;
 }
 

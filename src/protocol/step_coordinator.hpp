@@ -55,6 +55,7 @@ struct StepCoordinatorOptions {
   std::uint64_t data_seed = 0;
   std::uint64_t emulation_seed = 0;
   ControllerOptions controller;  // resolved: world size, global batch, caps
+  PoolOptions pool;              // pooled steps: each rank's demand is its claim cap
 };
 
 class StepCoordinator {

@@ -22,6 +22,7 @@
 #include "core/collectives.hpp"
 #include "core/control_channel.hpp"
 #include "core/plan_codec.hpp"
+#include "core/rma_pool.hpp"
 #include "protocol/step_coordinator.hpp"
 #include "session/run_recorder.hpp"
 #include "session/session_setup.hpp"
@@ -62,6 +63,7 @@ struct Session::Impl {
   protocol::StepCoordinatorOptions coordinator_opt;
   agent::SteadyClock clock;
   agent::Agent agent;
+  std::unique_ptr<detail::RmaStepPool> pool;               // pooled steps only
   std::unique_ptr<protocol::StepCoordinator> coordinator;  // rank 0 only
   std::vector<Plan> history;                               // rank 0: the plans of this run; others: the plans applied
   detail::RunRecorder recorder;                            // rank 0
@@ -77,7 +79,8 @@ struct Session::Impl {
         node(opt.node_name.empty() ? discover_node_name() : opt.node_name),
         nodes(detail::gather_strings(comm, node)),
         coordinator_opt(detail::coordinator_options(opt, caps)),
-        agent(comm.rank(), comm.size(), ledger, opt.emulation, clock, node) {}
+        agent(comm.rank(), comm.size(), ledger, opt.emulation, clock, node, coordinator_opt.pool),
+        pool(coordinator_opt.pool.pooled ? std::make_unique<detail::RmaStepPool>(comm) : nullptr) {}
 
   [[nodiscard]] bool root() const { return comm.is_root(); }
 
@@ -127,6 +130,7 @@ struct Session::Impl {
     } else {
       d = coordinator->start();
     }
+    if (pool) pool->reset();  // every rank has reported: no claim of this step is in flight
     if (d.record) keep(*d.record);
     if (d.plan) history.push_back(*d.plan);
     detail::ControlChannel::Replies out;
@@ -211,6 +215,15 @@ std::vector<std::int64_t> Session::next_samples() const { return impl_->agent.ne
 void Session::mark_data_ready() { impl_->agent.mark_data_ready(); }
 void Session::mark_compute_done(double measured_seconds) { impl_->agent.mark_compute_done(measured_seconds); }
 
+std::vector<std::int64_t> Session::next_chunk() {
+  auto& s = *impl_;
+  if (!s.pool)
+    throw UsageError("Session::next_chunk: the policy '" + s.opt.controller.policy + "' does not pool steps");
+  return s.agent.next_chunk(*s.pool);
+}
+
+void Session::chunk_done(double measured_seconds) { impl_->agent.chunk_done(measured_seconds); }
+
 void Session::reduce_sums(float* buffer, std::int64_t count, GradientReducer& reducer) {
   impl_->timed_reduction([&] { reducer.allreduce_sum(buffer, count); });
 }
@@ -291,6 +304,9 @@ double Session::elapsed_seconds() const noexcept { return seconds_now() - impl_-
 const std::vector<std::int64_t>& Session::micro_batch_caps() const noexcept { return impl_->caps; }
 const std::vector<std::string>& Session::node_names() const noexcept { return impl_->nodes; }
 std::size_t Session::control_bytes_received() const noexcept { return impl_->channel.last_received_bytes(); }
+Session::PoolCost Session::pool_cost() const noexcept {
+  return impl_->pool ? PoolCost{impl_->pool->atomics(), impl_->pool->seconds()} : PoolCost{};
+}
 
 std::vector<EpochCoverageReport> Session::coverage() const {
   std::vector<EpochCoverageReport> out;

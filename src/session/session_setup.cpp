@@ -38,6 +38,20 @@ dds::LedgerOptions session_ledger_options(const SessionOptions& o, int world) {
   return l;
 }
 
+PoolOptions pool_options(const SessionOptions& o, int world) {
+  PoolOptions p;
+  p.pooled = policy_pools(o.controller.policy);
+  const int backups = o.backup_workers < 0 ? std::min(1, world - 1) : o.backup_workers;
+  p.backup_workers = p.pooled ? backups : 0;
+  p.chunks_per_share = o.chunks_per_share;
+  if (p.pooled && backups >= world) {
+    throw UsageError("Session: " + std::to_string(backups) + " backup workers of " + std::to_string(world) +
+                     " ranks; give 0 to " + std::to_string(world - 1) + " (a step needs a rank that is not a backup)");
+  }
+  if (o.chunks_per_share < 1) throw UsageError("Session: chunks_per_share must be at least 1");
+  return p;
+}
+
 protocol::StepCoordinatorOptions coordinator_options(const SessionOptions& o, const std::vector<std::int64_t>& caps) {
   protocol::StepCoordinatorOptions c;
   c.prefetch_steps = o.prefetch_steps;
@@ -51,6 +65,7 @@ protocol::StepCoordinatorOptions coordinator_options(const SessionOptions& o, co
   c.controller.caps = caps;
   c.controller.world_size = static_cast<int>(caps.size());
   c.controller.cost.gradient_bytes = o.gradient_bytes;
+  c.pool = pool_options(o, static_cast<int>(caps.size()));
   return c;
 }
 

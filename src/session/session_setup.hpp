@@ -15,6 +15,8 @@ namespace antdt::detail {
 void validate_session_options(const SessionOptions& o, int world);
 // The ledger's options (shard size defaults to about 10 per-rank micro-batches). Validates.
 [[nodiscard]] dds::LedgerOptions session_ledger_options(const SessionOptions& o, int world);
+// How steps are cut: pooled when the policy pools (nd), with the session's backup workers.
+[[nodiscard]] PoolOptions pool_options(const SessionOptions& o, int world);
 // Rank 0's StepCoordinator options, with the Controller's resolved from every rank's cap m_i.
 [[nodiscard]] protocol::StepCoordinatorOptions coordinator_options(const SessionOptions& o,
                                                                    const std::vector<std::int64_t>& caps);

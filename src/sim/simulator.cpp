@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <memory>
+#include <queue>
 
 #include "agent/agent.hpp"
 #include "antdt/error.hpp"
@@ -61,20 +62,55 @@ Job make_job(const SimConfig& c) {
   j.coordinator.dataset_size = j.ledger.dataset_size;
   j.coordinator.emulation_seed = c.emulation.seed;
   j.coordinator.controller = j.controller;
+  j.coordinator.pool.pooled = policy_pools(j.controller.policy);
+  const int backups = c.backup_workers < 0 ? std::min(1, n - 1) : c.backup_workers;
+  j.coordinator.pool.backup_workers = j.coordinator.pool.pooled ? backups : 0;
+  if (j.coordinator.pool.pooled) (void)pooled_claim_cap(1, 1, n, backups);  // UsageError on a bad count
+  j.coordinator.pool.chunks_per_share = c.chunks_per_share;
   return j;
 }
+
+// The pool of a simulated pooled step: a plain counter whose claims (and looks) cost the
+// claiming rank one remote atomic on its virtual clock.
+class SimPool final : public agent::StepPool {
+ public:
+  explicit SimPool(double atomic_seconds) : atomic_seconds_(atomic_seconds) {}
+  void begin_step() { counter_.reset(); }
+  void use_clock(agent::VirtualClock* clock) { clock_ = clock; }
+  std::int64_t claim(std::int64_t want, std::int64_t global_batch, std::int64_t& before) override {
+    charge();
+    return counter_.claim(want, global_batch, before);
+  }
+  [[nodiscard]] std::int64_t claimed() override {
+    charge();
+    return counter_.claimed();
+  }
+  [[nodiscard]] std::int64_t atomics() const noexcept { return atomics_; }
+
+ private:
+  void charge() {
+    ++atomics_;
+    if (clock_) clock_->wait(atomic_seconds_);
+  }
+  agent::CounterPool counter_;
+  double atomic_seconds_;
+  agent::VirtualClock* clock_ = nullptr;
+  std::int64_t atomics_ = 0;
+};
 
 double wall_now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 // The simulated ranks: one Agent and one virtual clock each.
 class Ranks {
  public:
-  Ranks(const Job& job, const Plan& first) : clocks_(job.emulation.speeds.size()) {
+  Ranks(const Job& job, const Plan& first, double atomic_seconds)
+      : clocks_(job.emulation.speeds.size()), pool_(atomic_seconds) {
     const int n = static_cast<int>(clocks_.size());
     agents_.reserve(clocks_.size());
     auto plan = std::make_shared<const Plan>(first);
     for (int i = 0; i < n; ++i) {
-      agents_.emplace_back(i, n, job.ledger, job.emulation, clocks_[static_cast<std::size_t>(i)]);
+      agents_.emplace_back(i, n, job.ledger, job.emulation, clocks_[static_cast<std::size_t>(i)], std::string(),
+                           job.coordinator.pool);
       agents_.back().reset_plan(plan);
     }
     ready_.resize(clocks_.size());
@@ -82,15 +118,21 @@ class Ranks {
 
   // Every rank's step up to the gradient all-reduce, which ends when the last rank is ready.
   // Returns the step's reports; `mean_t`/`max_t`: the ranks' data + compute times.
-  std::vector<protocol::StepReport> run_step(double t0, double overhead, double allreduce, double& end, double& mean_t,
-                                             double& max_t) {
-    double sum_t = 0.0, last = t0;
+  std::vector<protocol::StepReport> run_step(double t0, double overhead, double chunk_overhead, double allreduce,
+                                             double& end, double& mean_t, double& max_t) {
     for (std::size_t i = 0; i < agents_.size(); ++i) {
       clocks_[i].set(t0);
       (void)agents_[i].begin();
       clocks_[i].wait(overhead);
       agents_[i].mark_data_ready();
-      agents_[i].mark_compute_done(0.0);  // waits out b * c / speed_i on the virtual clock
+    }
+    if (agents_.front().pool().pooled) {
+      claim_until_drained(chunk_overhead);
+    } else {
+      for (auto& a : agents_) a.mark_compute_done(0.0);  // waits out b * c / speed_i on the virtual clock
+    }
+    double sum_t = 0.0, last = t0;
+    for (std::size_t i = 0; i < agents_.size(); ++i) {
       ready_[i] = clocks_[i].now();
       last = std::max(last, ready_[i]);
       sum_t += ready_[i] - t0;
@@ -105,6 +147,30 @@ class Ranks {
     }
     return reports;
   }
+
+  // A pooled step: every rank claims and computes micro-chunks until the pool is drained, the
+  // claims taken in the order of the ranks' virtual times (ties by rank), as a job's would.
+  void claim_until_drained(double chunk_overhead) {
+    pool_.begin_step();
+    using Event = std::pair<double, std::size_t>;
+    std::priority_queue<Event, std::vector<Event>, std::greater<>> next;
+    for (std::size_t i = 0; i < agents_.size(); ++i) next.emplace(clocks_[i].now(), i);
+    while (!next.empty()) {
+      const std::size_t i = next.top().second;
+      next.pop();
+      pool_.use_clock(&clocks_[i]);
+      if (agents_[i].next_chunk(pool_).empty()) {
+        agents_[i].mark_compute_done();
+        continue;
+      }
+      clocks_[i].wait(chunk_overhead);
+      agents_[i].chunk_done(0.0);  // waits out the chunk's modelled compute
+      next.emplace(clocks_[i].now(), i);
+    }
+    pool_.use_clock(nullptr);
+  }
+
+  [[nodiscard]] std::int64_t atomics() const noexcept { return pool_.atomics(); }
 
   // Hands each rank its reply; returns the largest reply's bytes.
   std::size_t apply(const protocol::StepDecision& d) {
@@ -128,6 +194,7 @@ class Ranks {
   std::vector<agent::VirtualClock> clocks_;
   std::vector<agent::Agent> agents_;
   std::vector<double> ready_;
+  SimPool pool_;
 };
 
 std::size_t plan_bytes(const Plan& p) {
@@ -176,7 +243,7 @@ SimResult simulate(const SimConfig& config) {
   const int n = job.controller.world_size;
   protocol::StepCoordinator coordinator(job.coordinator, job.ledger,
                                         equal_plan(job.controller.global_batch, job.controller.caps));
-  Ranks ranks(job, coordinator.plans().current());
+  Ranks ranks(job, coordinator.plans().current(), config.network.atomic_seconds);
   (void)ranks.apply(coordinator.start());
 
   SimResult r;
@@ -192,7 +259,8 @@ SimResult simulate(const SimConfig& config) {
   double error_sum = 0.0, sum_mean_t = 0.0, sum_max_t = 0.0, now = 0.0, settled_seconds = 0.0;
   while (!coordinator.finished()) {
     double end = 0.0, mean_t = 0.0, max_t = 0.0;
-    const auto reports = ranks.run_step(now, config.overhead_seconds, r.allreduce_seconds, end, mean_t, max_t);
+    const auto reports = ranks.run_step(now, config.overhead_seconds, config.chunk_overhead_seconds,
+                                        r.allreduce_seconds, end, mean_t, max_t);
     const double t_decide = wall_now(), controller_before = coordinator.controller_seconds();
     const protocol::StepDecision d = coordinator.decide(reports);
     const double decided = wall_now() - t_decide;
@@ -248,6 +316,7 @@ SimResult simulate(const SimConfig& config) {
   r.coverage = coordinator.dds().coverage();
   for (const auto& c : r.coverage) r.duplicated += c.duplicated, r.missing += c.missing;
   r.plans = coordinator.controller().history();
+  r.claims = ranks.atomics();
   return r;
 }
 

@@ -31,6 +31,7 @@ struct NetworkModel {
   double alpha = 5e-6;              // seconds per message on a link
   double beta = 1.0 / 10e9;         // seconds per byte on a link (10 GB/s)
   std::vector<double> link_factor;  // per rank, multiplies its beta (empty or 1: nominal)
+  double atomic_seconds = 2e-6;     // one remote atomic on rank 0's pool counter (pooled steps)
 
   // The gradient all-reduce of `bytes` over `p` ranks.
   [[nodiscard]] double allreduce_seconds(int p, double bytes) const;
@@ -49,11 +50,14 @@ struct SimConfig {
   std::int64_t max_epochs = 0;    // 0: stop by steps only
   std::int64_t shard_size = 0;    // 0: about 10 per-rank shares, as the Session picks
   int prefetch_steps = 2;
-  double seconds_per_sample = 1e-3;  // c at speed 1
-  double overhead_seconds = 0.0;     // data wait of every rank in every step
-  std::int64_t gradient_bytes = 0;   // bytes of the gradient all-reduce
-  EmulationOptions emulation;        // transient_*, jitter and seed; speeds and c come from above
-  ControllerOptions controller;      // policy, global batch, caps, thresholds, cost model
+  double seconds_per_sample = 1e-3;     // c at speed 1
+  double overhead_seconds = 0.0;        // data wait of every rank in every step
+  std::int64_t gradient_bytes = 0;      // bytes of the gradient all-reduce
+  double chunk_overhead_seconds = 0.0;  // pooled steps: per micro-chunk (its read), on top of its claims
+  int backup_workers = -1;              // pooled policies (nd): ranks a step may do without (-1: 1, or 0 alone)
+  int chunks_per_share = 8;             // pooled policies: a micro-chunk is about b_i / this
+  EmulationOptions emulation;           // transient_*, jitter and seed; speeds and c come from above
+  ControllerOptions controller;         // policy, global batch, caps, thresholds, cost model
   NetworkModel network;
   // Add the coordinator's real decision time (measured on this machine) to each simulated step:
   // it is on the critical path between the gather and the replies. Off for reproducible times.
@@ -89,6 +93,7 @@ struct SimResult {
   std::size_t reply_bytes_max = 0;
   std::size_t reply_bytes_typical = 0;  // a reply on a step without a new plan
   std::size_t gather_bytes = 0;         // at rank 0, per step
+  std::int64_t claims = 0;              // pooled steps: claims on rank 0's pool counter, all ranks and steps
   double control_seconds_median = 0.0;  // gather + scatter (+ plan broadcast), modelled
   double allreduce_seconds = 0.0;       // modelled, per step
   std::vector<dds::Coordinator::EpochCoverage> coverage;

@@ -33,8 +33,9 @@ struct Job {
   std::vector<agent::Agent> agents;
   std::unique_ptr<StepCoordinator> coordinator;
 
-  Job(std::vector<double> speeds, std::int64_t n, std::int64_t batch, std::int64_t epochs, const std::string& policy)
-      : clocks(speeds.size()) {
+  Job(std::vector<double> speeds, std::int64_t n, std::int64_t batch, std::int64_t epochs, const std::string& policy,
+      int backup_workers = 0, EmulationOptions extra = {})
+      : emulation(std::move(extra)), clocks(speeds.size()) {
     const int p = static_cast<int>(speeds.size());
     ledger.dataset_size = n;
     ledger.shard_size = 7;
@@ -51,12 +52,14 @@ struct Job {
     options.controller.min_interval = 4;
     options.controller.window = 8;
     options.controller.persistence = 2;
+    options.pool.pooled = policy_pools(policy);
+    options.pool.backup_workers = backup_workers;
     emulation.speeds = std::move(speeds);
     emulation.virtual_seconds_per_sample = 1e-3;
     coordinator = std::make_unique<StepCoordinator>(options, ledger, equal_plan(batch, options.controller.caps));
     agents.reserve(clocks.size());
     for (int i = 0; i < p; ++i) {
-      agents.emplace_back(i, p, ledger, emulation, clocks[static_cast<std::size_t>(i)]);
+      agents.emplace_back(i, p, ledger, emulation, clocks[static_cast<std::size_t>(i)], std::string(), options.pool);
       agents.back().reset_plan(std::make_shared<const Plan>(coordinator->plans().current()));
     }
     apply(coordinator->start());
@@ -238,4 +241,93 @@ TEST(StepProtocol, MessagesRoundTripAndRefuseAnotherVersion) {
   other[2 + reply.error.size() + 8] = std::byte{2};  // ends_step is a flag: 2 is not one
   detail::ByteReader flag(other);
   EXPECT_THROW((void)protocol::decode_reply(flag), Error);
+}
+
+namespace {
+
+// Job, pooled: every rank claims micro-chunks from one counter, in the order of the ranks'
+// virtual times, as the simulator does.
+struct PooledJob : Job {
+  agent::CounterPool pool;
+
+  PooledJob(std::vector<double> speeds, std::int64_t n, std::int64_t batch, std::int64_t epochs, int backup,
+            EmulationOptions extra = {})
+      : Job(std::move(speeds), n, batch, epochs, "nd", backup, std::move(extra)) {}
+
+  // One pooled step; `done[r]`: what rank r trained.
+  StepDecision step_pooled(std::vector<std::vector<std::int64_t>>* done = nullptr) {
+    pool.reset();
+    if (done) done->assign(agents.size(), {});
+    std::vector<bool> finished(agents.size(), false);
+    for (std::size_t i = 0; i < agents.size(); ++i) {
+      clocks[i].set(0.0);
+      EXPECT_TRUE(agents[i].begin().pooled);
+    }
+    for (std::size_t left = agents.size(); left > 0;) {
+      // The rank whose virtual clock is earliest claims next.
+      std::size_t i = agents.size();
+      for (std::size_t k = 0; k < agents.size(); ++k)
+        if (!finished[k] && (i == agents.size() || clocks[k].now() < clocks[i].now())) i = k;
+      const auto chunk = agents[i].next_chunk(pool);
+      if (chunk.empty()) {
+        agents[i].mark_compute_done();
+        finished[i] = true;
+        --left;
+        continue;
+      }
+      EXPECT_LE(static_cast<std::int64_t>(chunk.size()), options.controller.caps[i]) << "a chunk fits the cap";
+      if (done) (*done)[i].insert((*done)[i].end(), chunk.begin(), chunk.end());
+      agents[i].chunk_done(0.0);
+    }
+    std::vector<StepReport> reports;
+    for (auto& a : agents) reports.push_back(a.report(0.0, 0));
+    return coordinator->decide(reports);
+  }
+};
+
+}  // namespace
+
+TEST(StepProtocol, APooledStepDoesExactlyBSamplesWhoeverDidThem) {
+  // Rank 2 is slowed 3x in one step in three: it claims less then, the others more.
+  EmulationOptions slow;
+  slow.schedule = parse_schedule("2:0:0.33,2:1:1,2:3:0.33,2:4:1");
+  PooledJob job({1, 1, 1, 1, 1}, 2000, 100, 0, 1, slow);
+  std::vector<std::int64_t> slowed_did, nominal_did;
+  for (int s = 0; s < 6; ++s) {
+    std::vector<std::vector<std::int64_t>> done;
+    const StepDecision d = job.step_pooled(&done);
+    ASSERT_EQ(d.reply.status, ReplyStatus::ok) << d.reply.error;
+    EXPECT_EQ(d.reply.samples, 100) << "exactly B samples in step " << s;
+    for (const auto& r : done)
+      EXPECT_LE(static_cast<std::int64_t>(r.size()), 2 * pooled_claim_cap(20, 100, 5, 1))
+          << "at most what it holds: prefetch x P/(P-b) x the share";
+    (s % 3 == 0 ? slowed_did : nominal_did).push_back(static_cast<std::int64_t>(done[2].size()));
+    job.apply(d);
+  }
+  for (auto n : slowed_did) EXPECT_LT(n, 12) << "a slowed rank claims fewer than its 20";
+  for (auto n : nominal_did) EXPECT_GE(n, 18);
+}
+
+TEST(StepProtocol, PooledStepsKeepEverySampleOncePerEpoch) {
+  const std::int64_t n = 331;
+  EmulationOptions noisy;
+  noisy.transient_probability = 0.3;
+  noisy.transient_factor = 4;
+  noisy.transient_steps = 1;
+  noisy.seed = 3;
+  PooledJob job({1, 0.5, 1, 1}, n, 36, 3, 1, noisy);
+  std::vector<std::int64_t> seen(static_cast<std::size_t>(n), 0);
+  while (!job.coordinator->finished()) {
+    std::vector<std::vector<std::int64_t>> done;
+    const StepDecision d = job.step_pooled(&done);
+    ASSERT_EQ(d.reply.status, ReplyStatus::ok) << d.reply.error;
+    for (const auto& r : done)
+      for (auto i : r) ++seen[static_cast<std::size_t>(i)];
+    job.apply(d);
+  }
+  EXPECT_EQ(seen, std::vector<std::int64_t>(static_cast<std::size_t>(n), 3));
+  for (const auto& c : job.coordinator->dds().coverage()) {
+    EXPECT_EQ(c.missing, 0);
+    EXPECT_EQ(c.duplicated, 0);
+  }
 }

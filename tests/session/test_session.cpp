@@ -218,9 +218,12 @@ TEST(Session, TinyDataSetSmallerThanOneStep) {
   EXPECT_EQ(count_uses_until_finished(s, 5), std::vector<int>(5, 7));
 }
 
-TEST(Session, TrainingUnderDdMatchesOneRankOnTheSameSamples) {
-  // Invariant 2 through the whole loop: uneven, changing splits with accumulation still give
-  // the parameters one rank gets from the same samples.
+namespace {
+
+// Invariant 2 through the whole loop: uneven, changing splits with accumulation (dd), or
+// pooled steps whose chunks fall to whichever rank claims them (nd), still give the
+// parameters one rank gets from the same samples.
+void expect_one_rank_equivalence(const std::string& policy) {
   const std::int64_t dim = 6, classes = 3, n = 600;
   auto sample = [&](std::int64_t i, float* x, std::int32_t* y) {
     for (std::int64_t j = 0; j < dim; ++j)
@@ -235,6 +238,7 @@ TEST(Session, TrainingUnderDdMatchesOneRankOnTheSameSamples) {
   auto reference = make_mlp(mc, host);  // every rank keeps a one-rank reference
 
   auto opt = dd_options(n, 30, 24);
+  opt.controller.policy = policy;
   opt.micro_batch_cap = 4;  // shares above 4 run as accumulation micro-steps
   opt.gradient_bytes = model->gradient_count() * 4;
   Session s(MPI_COMM_WORLD, opt);
@@ -249,18 +253,32 @@ TEST(Session, TrainingUnderDdMatchesOneRankOnTheSameSamples) {
     reference->set_parameters(model->parameters());
     reference->set_optimizer_state(model->optimizer_state());
     StepWork w = s.begin_step();
-    const auto m = static_cast<std::int64_t>(w.samples.size());
-    x.resize(static_cast<std::size_t>(m * dim));
-    y.resize(static_cast<std::size_t>(m));
-    for (std::int64_t k = 0; k < m; ++k)
-      sample(w.samples[static_cast<std::size_t>(k)], &x[static_cast<std::size_t>(k * dim)],
-             &y[static_cast<std::size_t>(k)]);
-    s.mark_data_ready();
+    const auto load = [&](const std::vector<std::int64_t>& idx) {
+      const auto m = static_cast<std::int64_t>(idx.size());
+      x.resize(static_cast<std::size_t>(m * dim));
+      y.resize(static_cast<std::size_t>(m));
+      for (std::int64_t k = 0; k < m; ++k)
+        sample(idx[static_cast<std::size_t>(k)], &x[static_cast<std::size_t>(k * dim)],
+               &y[static_cast<std::size_t>(k)]);
+    };
     model->zero_gradients();
-    std::int64_t off = 0;
-    for (auto mb : w.micro_batches) {
-      model->accumulate(x.data() + off * dim, y.data() + off, mb);
-      off += mb;
+    EXPECT_EQ(w.pooled, policy == "nd");
+    if (w.pooled) {
+      for (auto chunk = s.next_chunk(); !chunk.empty(); chunk = s.next_chunk()) {
+        load(chunk);
+        model->accumulate(x.data(), y.data(), static_cast<std::int64_t>(chunk.size()));
+        s.chunk_done();
+        w.samples.insert(w.samples.end(), chunk.begin(), chunk.end());
+        w.micro_batches.push_back(static_cast<std::int64_t>(chunk.size()));
+      }
+    } else {
+      load(w.samples);
+      s.mark_data_ready();
+      std::int64_t off = 0;
+      for (auto mb : w.micro_batches) {
+        model->accumulate(x.data() + off * dim, y.data() + off, mb);
+        off += mb;
+      }
     }
     accumulated = accumulated || w.micro_batches.size() > 1;
     s.reduce_sums(model->gradient_buffer(), model->gradient_count(), *reducer);
@@ -290,6 +308,12 @@ TEST(Session, TrainingUnderDdMatchesOneRankOnTheSameSamples) {
   MPI_Allreduce(MPI_IN_PLACE, &any_acc, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   EXPECT_EQ(any_acc, 1) << "the test must exercise gradient accumulation";
 }
+
+}  // namespace
+
+TEST(Session, TrainingUnderDdMatchesOneRankOnTheSameSamples) { expect_one_rank_equivalence("dd"); }
+
+TEST(Session, PooledStepsUnderNdMatchOneRankOnTheSameSamples) { expect_one_rank_equivalence("nd"); }
 
 TEST(Session, UserReduceAveragesOverAllSamples) {
   SessionOptions o;
