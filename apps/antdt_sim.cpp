@@ -124,6 +124,7 @@ int run(int argc, char** argv) {
       "antdt-sim"};
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   std::string speeds_text, profile, transient_text, schedule_text, network = "auto", slow_links, summary_json;
+  std::string nd_pool = "counter";
   int ranks = 0;
   std::vector<std::string> policies{"static", "dd"};
   std::vector<std::int64_t> caps{0};
@@ -225,6 +226,9 @@ int run(int argc, char** argv) {
   app.add_option("--nd-chunks", config.chunks_per_share, "nd: a micro-chunk is about a rank's share / this")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
+  app.add_option("--nd-pool", nd_pool, "nd: counter (claims on rank 0) or deadline (a predicted compute deadline)")
+      ->check(CLI::IsMember({"counter", "deadline"}))
+      ->capture_default_str();
   app.add_option("--chunk-overhead", config.chunk_overhead_seconds,
                  "nd: seconds per micro-chunk besides its compute and claims (its read)")
       ->check(CLI::NonNegativeNumber)
@@ -260,6 +264,7 @@ int run(int argc, char** argv) {
                              : network == "ring" ? Allreduce::ring
                                                  : Allreduce::automatic;
   config.charge_decision_time = !no_charge;
+  config.pool_mechanism = nd_pool == "deadline" ? antdt::PoolMechanism::deadline : antdt::PoolMechanism::counter;
   for (auto& cap : caps) {
     if (cap < 0) throw UsageError("--micro-batch-cap must be >= 0");
     if (cap == 0) cap = ctl.global_batch;  // no cap: one micro-step holds any share

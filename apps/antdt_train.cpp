@@ -8,6 +8,7 @@
 // (train/options.cpp). The run, top to bottom: open the data, build the model, the session
 // options, resume or probe, the steps, the report.
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <numeric>
@@ -18,6 +19,7 @@
 #include "antdt/antdt.hpp"
 #include "cli/cli_common.hpp"
 #include "train/options.hpp"
+#include "train/restart.hpp"
 #include "train/trainer.hpp"
 
 namespace antdt::train {
@@ -82,7 +84,12 @@ SessionOptions session_options(const TrainOptions& o, const data::Dataset& train
   so.controller.window = o.window;
   so.controller.persistence = o.persistence;
   so.backup_workers = o.backup_workers;
+  so.controller.restart.max_restarts = o.max_restarts;
+  so.controller.restart.cooldown_steps = o.restart_cooldown;
   so.chunks_per_share = o.nd_chunks;
+  so.pool_mechanism = o.nd_pool == "counter"    ? PoolMechanism::counter
+                      : o.nd_pool == "deadline" ? PoolMechanism::deadline
+                                                : PoolMechanism::automatic;
   if (!o.emulate_speed.empty()) so.emulation.speeds = parse_speeds(o.emulate_speed);
   if (!o.emulate_transient.empty()) parse_transient(o.emulate_transient, so.emulation);
   if (!o.emulate_schedule.empty()) so.emulation.schedule = parse_schedule(o.emulate_schedule);
@@ -171,7 +178,8 @@ void probe(Session& session, Model& model, data::Dataset& train, data::Batch& ba
   model.zero_gradients();
 }
 
-int run(const TrainOptions& o) {
+// `started`: when the process started, for the measured part of a restart's cost.
+int run(const TrainOptions& o, std::chrono::steady_clock::time_point started) {
   if (!o.log_level.empty()) log::set_level(log::parse_level(o.log_level));
   const LaunchInfo launch = discover_launch(MPI_COMM_WORLD);
   const DeviceInfo device = select_device(launch.local_rank, parse_device_preference(o.device));
@@ -195,10 +203,14 @@ int run(const TrainOptions& o) {
   if (!resumed && o.probe && policy_rebalances(o.policy)) probe(session, *model, *data.train, t.batch, cap, o);
   std::optional<Outputs> outputs;
   cli::agree(session.comm().get(), [&] { outputs.emplace(o, session, launch.job_id); });
+  // What a restart would cost besides its checkpoint: this job's own start, measured, and the
+  // queue wait and launch of earlier restarts of this run, measured by their resumed jobs.
+  t.relaunch_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  if (t.root() && resumed) t.relaunch_seconds += note_relaunch(t.ckpt_dir);
   const double wall = t.run();
   t.report(wall);
   outputs->close();
-  return 0;
+  return session.restart_requested() ? cli::kExitRestart : 0;
 }
 
 }  // namespace
@@ -206,6 +218,7 @@ int run(const TrainOptions& o) {
 }  // namespace antdt::train
 
 int main(int argc, char** argv) {
+  const auto started = std::chrono::steady_clock::now();  // MPI's start included
   antdt::Environment env(argc, argv);
   CLI::App app{
       "antdt-train: data-parallel MLP training that balances ranks of different speeds "
@@ -224,7 +237,8 @@ int main(int argc, char** argv) {
     return antdt::cli::kExitUsage;
   }
   try {
-    return antdt::cli::guarded("antdt-train", env.world_rank(), env.world_size(), [&] { return antdt::train::run(o); });
+    return antdt::cli::guarded("antdt-train", env.world_rank(), env.world_size(),
+                               [&] { return antdt::train::run(o, started); });
   } catch (const antdt::cli::AgreedFailure& f) {
     return f.code;  // every rank agreed; the failing ranks printed why
   }

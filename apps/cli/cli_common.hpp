@@ -17,6 +17,9 @@ namespace antdt::cli {
 
 inline constexpr int kExitUsage = 2;    // bad usage or bad input (options, data, checkpoint)
 inline constexpr int kExitRuntime = 1;  // anything else
+// The run stopped for a kill-restart (docs/nd.md): a checkpoint is written and the checkpoint
+// directory names the nodes to leave out; resubmit without them and --resume.
+inline constexpr int kExitRestart = 75;
 
 // Gives every long option without an environment variable one: --global-batch ->
 // ANTDT_GLOBAL_BATCH. Call after all options are added.

@@ -132,6 +132,24 @@ void add_options(CLI::App& app, TrainOptions& o) {
       ->group(pol)
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
+  app.add_option("--nd-pool", o.nd_pool,
+                 "nd: how ranks learn a step's B samples are done: counter (every chunk claimed from one counter on "
+                 "rank 0: exactly B, whoever did them), deadline (rank 0 predicts the compute time of B at the ranks' "
+                 "usual speeds; each stops there), auto (counter on one node, deadline across nodes; docs/nd.md)")
+      ->group(pol)
+      ->check(CLI::IsMember({"auto", "counter", "deadline"}))
+      ->capture_default_str();
+  app.add_option("--max-restarts", o.max_restarts,
+                 "nd: kill-restarts the Controller may decide over the whole run (a restart ends the job with exit "
+                 "code 75 and the nodes to leave out in the checkpoint directory; 0: never)")
+      ->group(pol)
+      ->check(CLI::Range(0, 1000))
+      ->capture_default_str();
+  app.add_option("--restart-cooldown", o.restart_cooldown,
+                 "nd: steps after a restart before the next one may be decided (0: the Monitor window)")
+      ->group(pol)
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_flag("--probe,!--no-probe", o.probe,
                "Time a few micro-steps per rank at start so the planner begins from the best split (default: on)")
       ->group(pol)

@@ -43,6 +43,9 @@ struct TrainOptions {
   std::string policy = "dd";
   int backup_workers = -1;  // nd only; -1: 1, or 0 on a single rank
   int nd_chunks = 8;
+  std::string nd_pool = "auto";
+  int max_restarts = 3;
+  std::int64_t restart_cooldown = 0;
   bool probe = true;
   double min_gain = 0.05;
   std::int64_t min_interval = 10;

@@ -10,6 +10,7 @@
 #include "antdt/checkpoint.hpp"
 #include "antdt/error.hpp"
 #include "antdt/log.hpp"
+#include "train/restart.hpp"
 
 namespace antdt::train {
 
@@ -33,6 +34,7 @@ void Trainer::reserve_batch() {
 
 void Trainer::save_checkpoint() {
   if (!root()) return;
+  const double t0 = MPI_Wtime();
   CheckpointWriter w(ckpt_dir, session.step());
   session.save(w);
   save_model_state(w, model);
@@ -42,6 +44,8 @@ void Trainer::save_checkpoint() {
   w.put_string("run/job_id", job);
   const std::string path = w.commit(o.checkpoint_keep);
   ANTDT_LOG(debug) << "checkpoint " << path;
+  // A restart is a checkpoint like this one plus a relaunch: both measured now (docs/nd.md).
+  session.set_restart_cost(MPI_Wtime() - t0 + relaunch_seconds);
 }
 
 StepSummary Trainer::step() {
@@ -152,6 +156,7 @@ double Trainer::run() {
   ahead.wait();
   if (data.eval) eval_result = evaluate(model, *data.eval, session.comm(), cap, batch);
   if (!ckpt_dir.empty()) save_checkpoint();
+  if (root() && session.restart_requested()) record_restart_exit(ckpt_dir, *session.restart_decision());
   return wall;
 }
 

@@ -78,6 +78,7 @@ struct Trainer {
                     (o.read_ahead == "on" ||
                      (o.read_ahead == "auto" && device.backend == Backend::cuda && o.read_mode == "independent"));
   double t_start = 0;
+  double relaunch_seconds = 0;  // measured: this job's start, plus earlier restarts' queue wait
   std::int64_t committed_at_start = 0, step_at_start = 0;  // > 0 after a resume
   std::vector<double> recent_loss{};
   std::optional<Evaluation> eval_result{};

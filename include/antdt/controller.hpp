@@ -19,6 +19,17 @@
 
 namespace antdt {
 
+// Kill-restart (policies that restart, such as nd; docs/nd.md): when a rank has been a
+// persistent straggler (it was fine, then stayed slow: lasting contention) for `window` steps
+// and the predicted gain beats the measured cost of a restart, the Controller decides to
+// checkpoint and restart without it.
+struct RestartOptions {
+  int max_restarts = 3;             // decisions over the whole run (they survive a restart)
+  std::int64_t cooldown_steps = 0;  // steps after a restart before the next decision; 0: window
+  int window = 0;                   // steps a rank stays a persistent straggler first; 0: the Monitor window
+  bool replaces = true;             // the resubmitted job gets a replacement node at the median speed
+};
+
 struct ControllerOptions {
   std::string policy = "dd";       // a registered policy name: "static", "dd", or a plugin's
   int world_size = 0;              // 0 = the initial plan's (or, on restore, caps.size() or the saved one)
@@ -32,9 +43,20 @@ struct ControllerOptions {
   double straggler_ratio = 0.85;   // slow: throughput < ratio * cluster median throughput
   std::int64_t plan_lag = 0;       // extra steps between deciding and applying a plan
   CostModelParams cost;
+  RestartOptions restart;
+  // Each rank's node (empty: one node per rank). A restart leaves out whole nodes, so every
+  // rank on a slow rank's node goes with it.
+  std::vector<std::string> nodes;
 };
 
-enum class RankClass { normal, leader, transient_straggler, persistent_straggler };
+// What a rank is to the Controller, and so what the policies do about it (docs/controller.md):
+//  - deterministic straggler: slow since it was first assessed (a slower device): dd and nd
+//    rebalance its share; a restart would not help;
+//  - persistent straggler: was fine, then stayed slow for `persistence` steps (lasting
+//    contention): dd and nd rebalance; nd restarts without it when that pays;
+//  - transient straggler: slow for fewer steps: dd waits it out; nd's pooled steps absorb it;
+//  - leader / normal.
+enum class RankClass { normal, leader, transient_straggler, persistent_straggler, deterministic_straggler };
 [[nodiscard]] const char* rank_class_name(RankClass c) noexcept;
 
 // The Controller's view of one rank after the latest step. A rank is "slow" in a step when
@@ -47,7 +69,27 @@ struct RankAssessment {
   double throughput = 0.0;  // window median, samples/s
   double relative = 1.0;    // throughput / reference
   int slow_streak = 0;
+  bool was_fine = false;  // has been at or above straggler_ratio x the reference at some step
   std::string reason;
+};
+
+// Besides the step's stats, what a decision may weigh (all of it measured, none of it guessed).
+struct StepOutlook {
+  std::int64_t remaining_samples = -1;  // samples left to train; -1: unknown
+  double restart_seconds = 0.0;         // the measured cost of a restart (checkpoint + relaunch); 0: unknown
+};
+
+// A decision to checkpoint and restart the job without some ranks (their nodes).
+struct RestartDecision {
+  std::int64_t step = -1;          // decided after this step
+  std::vector<int> ranks;          // every rank on the nodes left out (the persistent stragglers' nodes)
+  std::vector<std::string> nodes;  // those nodes (ControllerOptions::nodes; empty without)
+  double x_now = 0.0;              // the job's throughput now, samples/s
+  double x_after = 0.0;            // predicted after the restart
+  std::int64_t remaining_samples = 0;
+  double gain_seconds = 0.0;  // remaining x (1/x_now - 1/x_after)
+  double cost_seconds = 0.0;  // measured restart cost
+  std::string reason;         // one line with all of the above
 };
 
 // What a policy sees. All references are valid for the duration of decide() only.
@@ -79,6 +121,8 @@ class PolicyPlugin {
   // Whether steps are pooled (every rank claims micro-chunks of B until B are claimed) instead
   // of split into fixed shares; nd does (docs/nd.md).
   [[nodiscard]] virtual bool pools() const { return false; }
+  // Whether the Controller may decide a kill-restart for this policy's job (nd does).
+  [[nodiscard]] virtual bool restarts() const { return false; }
   [[nodiscard]] virtual std::vector<std::byte> save_state() const { return {}; }
   virtual void load_state(std::span<const std::byte> /*state*/) {}
 };
@@ -103,7 +147,14 @@ class Controller {
 
   // Records the stats of `step` (one per rank), reassesses every rank and asks the policy.
   // Returns the new plan when it changes (effective_step = step + 1 + plan_lag), else nothing.
-  std::optional<Plan> on_step(std::int64_t step, std::span<const RankStepStats> stats);
+  // A policy that restarts may also decide a kill-restart (restart() then holds it).
+  std::optional<Plan> on_step(std::int64_t step, std::span<const RankStepStats> stats, const StepOutlook& outlook = {});
+  // The kill-restart decided at the last on_step, if any.
+  [[nodiscard]] const std::optional<RestartDecision>& restart() const noexcept { return restart_; }
+  // Restarts decided over the run (a restored controller keeps the count) and the step of the
+  // last one (-1: none).
+  [[nodiscard]] int restarts_decided() const noexcept { return restarts_decided_; }
+  [[nodiscard]] std::int64_t last_restart_step() const noexcept { return last_restart_step_; }
 
   // Replaces the plan from outside the policy, e.g. after a fresh startup probe on restart;
   // bumps the version, resets the change interval and is checked like any plan.
@@ -140,6 +191,7 @@ class Controller {
   Controller(Restored, ControllerOptions options, Monitor monitor);
   void resolve_options(const Plan& reference);
   void assess(std::int64_t step);
+  void consider_restart(std::int64_t step, const StepOutlook& outlook);
   Plan checked(Plan plan) const;
 
   ControllerOptions options_;
@@ -149,8 +201,12 @@ class Controller {
   std::vector<Plan> history_;
   std::vector<RankAssessment> assessments_;
   std::vector<int> slow_streak_;
+  std::vector<std::uint8_t> was_fine_;
   std::int64_t last_change_step_ = -1;
   std::int64_t last_step_ = -1;
+  std::optional<RestartDecision> restart_;
+  int restarts_decided_ = 0;
+  std::int64_t last_restart_step_ = -1;
 };
 
 }  // namespace antdt

@@ -46,10 +46,24 @@ struct Plan {
 // Non-dedicated (pooled) steps, docs/nd.md: every rank claims micro-chunks of the step's
 // global batch from a pool until B are claimed. The plan's b_i is then rank i's expected share:
 // it sizes its chunks and its grants, and caps what it may claim.
+//
+// How a rank learns that B is done (docs/nd.md):
+//  - counter: every chunk is claimed from one counter on rank 0 (MPI one-sided atomics), so a
+//    step does exactly B samples whoever did them. Open MPI 4.1 has reliable atomics only
+//    within a node, so this is what a job on one node uses;
+//  - deadline: rank 0 predicts from the Monitor how long B samples take at the ranks' usual
+//    speeds and sends that compute-time deadline with the reply; each rank computes chunks of
+//    its provisioned share until the deadline. A rank slowed this step contributes what it
+//    finished by then (the step does fewer than B, the update stays exact); what it did not
+//    reach stays in its grants for the next step. No communication during the step: what a
+//    job across nodes uses.
+enum class PoolMechanism : std::uint8_t { automatic, counter, deadline };
+
 struct PoolOptions {
-  bool pooled = false;       // steps are pooled (a policy that pools, such as nd)
-  int backup_workers = 0;    // b: ranks a step may do without (any P - b of them can do B)
-  int chunks_per_share = 8;  // a rank's chunk is about b_i / this (at most m_i)
+  bool pooled = false;                                 // steps are pooled (a policy that pools, such as nd)
+  int backup_workers = 0;                              // b: ranks a step may do without (any P - b of them can do B)
+  int chunks_per_share = 8;                            // a rank's chunk is about b_i / this (at most m_i)
+  PoolMechanism mechanism = PoolMechanism::automatic;  // automatic: counter on one node, else deadline
 };
 
 // What rank i is provisioned to claim in one pooled step (its grants are sized for it):

@@ -26,6 +26,7 @@ struct RunSummary {
   double read_ahead_fraction = 0;  // of the rows trained on, those the read-ahead had ready (all ranks)
   bool reduce_overlap = false;     // each layer's all-reduce started during backward (--reduce-overlap)
   std::string job_id;              // Slurm job id, "" outside Slurm
+  std::vector<std::string> nodes;  // each rank's node (Slurm node name or host name)
   bool emulated = false;
   std::string emulation;  // EmulationOptions::describe()
   std::vector<double> emulated_speeds;
@@ -53,6 +54,7 @@ struct RunSummary {
   std::vector<RankAssessment> assessments;
   std::vector<Plan> plans;
   std::vector<EpochCoverageReport> coverage;
+  std::optional<RestartDecision> restart;  // the run stopped for this kill-restart (nd)
 };
 
 // Fills the session-derived fields of `summary` (rank 0 only; elsewhere returns it unchanged).

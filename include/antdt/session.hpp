@@ -53,18 +53,19 @@ struct SessionOptions {
   std::uint64_t seed = 0;            // data order (shard shuffle) seed
   bool shuffle_shards = true;
   bool shuffle_within_shard = false;
-  std::int64_t max_epochs = 0;      // 0 = unlimited (stop by steps)
-  std::int64_t max_steps = 0;       // 0 = unlimited (stop by epochs)
-  int prefetch_steps = 2;           // shards are granted this many steps ahead
-  ControllerOptions controller;     // policy, hysteresis, windows (global_batch/caps are filled in)
-  int backup_workers = -1;          // pooled policies (nd): ranks a step may do without (docs/nd.md);
-                                    // -1: 1, or 0 on a single rank
-  int chunks_per_share = 8;         // pooled policies: a micro-chunk is about b_i / this
-  EmulationOptions emulation;       // straggler emulation (tests, benchmarks)
-  std::int64_t gradient_bytes = 0;  // size of the reduced buffer, for the cost model
-  double device_prior = 0.0;        // this rank's relative speed prior (gpu_relative_throughput),
-                                    // 0 = unknown; seeds the first split before any measurement
-  std::string node_name;            // this rank's node (LaunchInfo::node_name); "" = discover it
+  std::int64_t max_epochs = 0;   // 0 = unlimited (stop by steps)
+  std::int64_t max_steps = 0;    // 0 = unlimited (stop by epochs)
+  int prefetch_steps = 2;        // shards are granted this many steps ahead
+  ControllerOptions controller;  // policy, hysteresis, windows (global_batch/caps are filled in)
+  int backup_workers = -1;       // pooled policies (nd): ranks a step may do without (docs/nd.md);
+                                 // -1: 1, or 0 on a single rank
+  int chunks_per_share = 8;      // pooled policies: a micro-chunk is about b_i / this
+  PoolMechanism pool_mechanism = PoolMechanism::automatic;  // pooled policies: counter or deadline
+  EmulationOptions emulation;                               // straggler emulation (tests, benchmarks)
+  std::int64_t gradient_bytes = 0;                          // size of the reduced buffer, for the cost model
+  double device_prior = 0.0;  // this rank's relative speed prior (gpu_relative_throughput),
+                              // 0 = unknown; seeds the first split before any measurement
+  std::string node_name;      // this rank's node (LaunchInfo::node_name); "" = discover it
 };
 
 // Called on rank 0 with each step's record and the plan in force, as the step ends (metrics
@@ -125,8 +126,17 @@ class Session {
   // Collective. Reports stats, commits this step's samples, receives the next plan and grants.
   StepSummary end_step(double loss_sum = 0.0, std::int64_t correct = 0);
 
-  // True once max_steps are done or every epoch of max_epochs is committed (same on all ranks).
+  // True once max_steps are done or every epoch of max_epochs is committed, or the Controller
+  // decided a kill-restart (same on all ranks).
   [[nodiscard]] bool finished() const noexcept;
+  // The run ended with a kill-restart decision (policy nd, docs/nd.md): checkpoint (rank 0),
+  // record the nodes to leave out, and exit with the "restart without these nodes" code.
+  [[nodiscard]] bool restart_requested() const noexcept;
+  // Rank 0: the decision (its ranks, nodes and the numbers behind it); empty elsewhere.
+  [[nodiscard]] std::optional<RestartDecision> restart_decision() const;
+  // Rank 0 (no-op elsewhere): the measured cost of a restart of this job, checkpoint plus
+  // relaunch, in seconds. Until it is set the Controller decides no restart.
+  void set_restart_cost(double seconds);
 
   // Checkpoint: rank 0 writes the library's state (ledger, controller, plan, step, seeds)
   // under "antdt/" in `writer`; other ranks write nothing. Call after end_step.

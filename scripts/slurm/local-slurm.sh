@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# A private single-node Slurm on localhost (slurmctld + slurmd + munge) for tests and demos.
+# A private Slurm on localhost (slurmctld + slurmd + munge) for tests and demos.
 #   local-slurm.sh start DIR    -> prints "export SLURM_CONF=DIR/slurm.conf"
 #   local-slurm.sh stop DIR
 # Everything (config, state, logs, munge key and socket) lives under DIR.
+#   ANTDT_SLURM_NODES=N (default 1): N > 1 starts N slurmd, nodes n1..nN, all on 127.0.0.1 (a job
+#     can span them, or --exclude one); ANTDT_SLURM_CPUS: CPUs per node (8 alone, 2 per node).
 set -euo pipefail
 cmd=${1:?start|stop}
 D=$(mkdir -p "${2:?directory}" && cd "$2" && pwd)
@@ -22,7 +24,10 @@ case $cmd in
 start)
   mkdir -p "$D"/{state,spool,log,run,munge,tmp}
   chmod 755 "$D"  # munged requires world-execute on the directories above its socket
-  cpus=${ANTDT_SLURM_CPUS:-8}
+  nodes=${ANTDT_SLURM_NODES:-1}
+  case $nodes in '' | *[!0-9]*) echo "local-slurm: ANTDT_SLURM_NODES must be a number" >&2; exit 2 ;; esac
+  if [ "$nodes" -gt 1 ]; then cpus=${ANTDT_SLURM_CPUS:-2}; else cpus=${ANTDT_SLURM_CPUS:-8}; fi
+  case $cpus in '' | *[!0-9]*) echo "local-slurm: ANTDT_SLURM_CPUS must be a number" >&2; exit 2 ;; esac
   cat > "$D/slurm.conf" <<CONF
 ClusterName=antdt-test
 SlurmctldHost=localhost
@@ -32,10 +37,9 @@ AuthType=auth/munge
 CredType=cred/munge
 AuthInfo=socket=$D/munge/munge.socket
 SlurmctldPort=${ANTDT_SLURMCTLD_PORT:-6817}
-SlurmdPort=${ANTDT_SLURMD_PORT:-6818}
 StateSaveLocation=$D/state
 SlurmdSpoolDir=$D/spool/%n
-TmpFS=$D/tmp
+TmpFS=$D/tmp/%n
 SlurmctldPidFile=$D/run/slurmctld.pid
 SlurmdPidFile=$D/run/slurmd-%n.pid
 SlurmctldLogFile=$D/log/slurmctld.log
@@ -57,17 +61,28 @@ InactiveLimit=0
 KillWait=5
 MinJobAge=60
 Waittime=0
-NodeName=localhost NodeAddr=127.0.0.1 CPUs=$cpus Boards=1 SocketsPerBoard=1 CoresPerSocket=$cpus ThreadsPerCore=1 RealMemory=16000 State=UNKNOWN
-PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 CONF
+  port=${ANTDT_SLURMD_PORT:-6818}
+  if [ "$nodes" -eq 1 ]; then
+    names=(localhost)
+    echo "NodeName=localhost NodeAddr=127.0.0.1 Port=$port CPUs=$cpus Boards=1 SocketsPerBoard=1 CoresPerSocket=$cpus ThreadsPerCore=1 RealMemory=16000 State=UNKNOWN" >> "$D/slurm.conf"
+  else
+    names=()
+    for i in $(seq "$nodes"); do
+      names+=("n$i")
+      echo "NodeName=n$i NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((port + i)) CPUs=$cpus RealMemory=4000 State=UNKNOWN" >> "$D/slurm.conf"
+    done
+  fi
+  echo "PartitionName=debug Nodes=$(IFS=,; echo "${names[*]}") Default=YES MaxTime=INFINITE State=UP" >> "$D/slurm.conf"
+  for n in "${names[@]}"; do mkdir -p "$D/tmp/$n"; done
   mungekey --create --keyfile="$D/munge/munge.key" --force >/dev/null 2>&1
   chmod 600 "$D/munge/munge.key"
   munged --socket="$D/munge/munge.socket" --key-file="$D/munge/munge.key" --log-file="$D/log/munged.log" \
          --pid-file="$D/run/munged.pid" --seed-file="$D/munge/munged.seed"
   slurmctld -f "$SLURM_CONF"
-  slurmd -f "$SLURM_CONF" -N localhost
-  for _ in $(seq 200); do
-    if scontrol ping 2>/dev/null | grep -q UP && [ "$(sinfo -h -o %T 2>/dev/null)" = idle ]; then
+  for n in "${names[@]}"; do slurmd -f "$SLURM_CONF" -N "$n"; done
+  for _ in $(seq 300); do
+    if scontrol ping 2>/dev/null | grep -q UP && [ "$(sinfo -h -o %T 2>/dev/null | sort -u)" = idle ]; then
       echo "export SLURM_CONF=$SLURM_CONF"
       exit 0
     fi
@@ -77,7 +92,7 @@ CONF
   exit 1
   ;;
 stop)
-  stop_pid "$D/run/slurmd-localhost.pid"
+  for f in "$D"/run/slurmd-*.pid; do stop_pid "$f"; done
   stop_pid "$D/run/slurmctld.pid"
   stop_pid "$D/run/munged.pid"
   ;;

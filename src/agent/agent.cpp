@@ -104,7 +104,7 @@ double Agent::usual_rate() const {
 // slower than usual the rank runs this step: then a rank that is slowed now claims what it can
 // finish by the time the others drain the pool, and the step's last chunks, which everyone
 // waits for, stay short.
-std::vector<std::int64_t> Agent::next_chunk(StepPool& pool) {
+std::vector<std::int64_t> Agent::next_chunk(StepPool* pool) {
   if (!in_step_ || !pool_.pooled) throw UsageError("Session::next_chunk outside a pooled step (policy nd)");
   if (chunk_ > 0) chunk_done();
   const Plan& p = plan();
@@ -112,20 +112,29 @@ std::vector<std::int64_t> Agent::next_chunk(StepPool& pool) {
   const std::int64_t share = std::max<std::int64_t>(1, p.batch[r]);
   // What it holds bounds what it may claim: its grants are sized (pooled_claim_cap) so that it
   // can do P/(P-b) times its share in a step, and more when it holds more.
-  const std::int64_t may = client_.held();
+  std::int64_t may = client_.held();
+  if (!pool) {  // by deadline: its provisioned share once there is a deadline, else its share
+    const std::int64_t budget =
+        deadline_ > 0.0 ? pooled_claim_cap(p.batch[r], p.global_batch, world_, pool_.backup_workers) : p.batch[r];
+    may = std::min(may, budget - samples_);
+  }
   if (pool_empty_ || may <= 0) return {};
+  const double usual = usual_rate();
   double pace = 1.0;  // this step's throughput over the usual one, at most 1
-  if (const double usual = usual_rate(); usual > 0.0 && compute_seconds_ > 0.0)
+  if (usual > 0.0 && compute_seconds_ > 0.0)
     pace = std::min(1.0, static_cast<double>(samples_) / compute_seconds_ / usual);
+  if (!pool)
+    return next_chunk_by_deadline(std::min({ceil_div(share, pool_.chunks_per_share), p.micro_batch_cap[r], may}),
+                                  usual);
   // Only worth a look when the rank may be slow, or the pool may be nearly drained.
-  if (pace < 1.0 || claimed_seen_ > p.global_batch / 2) claimed_seen_ = pool.claimed();
+  if (pace < 1.0 || claimed_seen_ > p.global_batch / 2) claimed_seen_ = pool->claimed();
   const double left = static_cast<double>(std::max<std::int64_t>(1, p.global_batch - claimed_seen_));
   const double mine_of_left = left * static_cast<double>(share) / static_cast<double>(p.global_batch) * pace;
   std::int64_t want = std::max<std::int64_t>(1, ceil_div(share, pool_.chunks_per_share));
   want = std::min(
       {want, std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(mine_of_left))), p.micro_batch_cap[r], may});
   std::int64_t before = 0;
-  const std::int64_t got = pool.claim(want, p.global_batch, before);
+  const std::int64_t got = pool->claim(want, p.global_batch, before);
   claimed_seen_ = before + want;
   if (got == 0) {
     pool_empty_ = true;
@@ -134,6 +143,25 @@ std::vector<std::int64_t> Agent::next_chunk(StepPool& pool) {
   std::vector<std::int64_t> indices = client_.take(got);
   chunk_ = got;
   samples_ += got;
+  ++micro_steps_;
+  t_chunk_ = clock_->now();
+  return indices;
+}
+
+// The chunk is cut to what, at this rank's usual speed, still ends within the step's compute
+// deadline (1 % of slack for rounding); none when not even one sample does.
+std::vector<std::int64_t> Agent::next_chunk_by_deadline(std::int64_t want, double usual) {
+  if (deadline_ > 0.0 && usual > 0.0) {
+    const double fits = std::floor((1.01 * deadline_ - compute_seconds_) * usual);
+    want = std::min(want, static_cast<std::int64_t>(std::max(0.0, fits)));
+  }
+  if (want < 1) {
+    pool_empty_ = true;
+    return {};
+  }
+  std::vector<std::int64_t> indices = client_.take(want);
+  chunk_ = static_cast<std::int64_t>(indices.size());
+  samples_ += chunk_;
   ++micro_steps_;
   t_chunk_ = clock_->now();
   return indices;
@@ -187,6 +215,8 @@ StepSummary Agent::apply(const protocol::StepReply& reply, std::shared_ptr<const
   completed_epochs_ = reply.completed_epochs;
   committed_total_ = reply.committed_total;
   finished_ = reply.finished;
+  restart_ = restart_ || reply.restart;
+  deadline_ = reply.deadline_seconds;
   started_ = true;
   s.step = step_;
   s.samples = reply.samples;

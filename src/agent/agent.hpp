@@ -80,8 +80,9 @@ class Agent {
   void mark_compute_done(double measured = -1.0);
   // Pooled steps: claims this rank's next micro-chunk from `pool` and takes its samples from
   // the grants; empty when the pool is empty or this rank holds no more. UsageError outside a
-  // pooled step.
-  std::vector<std::int64_t> next_chunk(StepPool& pool);
+  // pooled step. With `pool` null (PoolMechanism::deadline) the rank computes its provisioned
+  // share until the reply's deadline, or its share itself while there is no deadline yet.
+  std::vector<std::int64_t> next_chunk(StepPool* pool);
   // Pooled steps: the last chunk's compute took `measured` seconds (< 0: since next_chunk
   // returned); waits out the emulated slowdown of the chunk.
   void chunk_done(double measured = -1.0);
@@ -104,6 +105,8 @@ class Agent {
   [[nodiscard]] bool started() const noexcept { return started_; }
   [[nodiscard]] bool in_step() const noexcept { return in_step_; }
   [[nodiscard]] bool finished() const noexcept { return finished_; }
+  // The run ended with a kill-restart decision (finished() is true then too).
+  [[nodiscard]] bool restart_requested() const noexcept { return restart_; }
   [[nodiscard]] const Plan& plan() const noexcept { return plans_.current(); }
   [[nodiscard]] const PlanSchedule& plans() const noexcept { return plans_; }
   [[nodiscard]] std::int64_t completed_epochs() const noexcept { return completed_epochs_; }
@@ -124,6 +127,7 @@ class Agent {
   std::int64_t step_ = 0;
   bool started_ = false;
   bool finished_ = false;
+  bool restart_ = false;
   std::int64_t completed_epochs_ = 0;
   std::int64_t committed_total_ = 0;
 
@@ -138,12 +142,14 @@ class Agent {
   std::int64_t claimed_seen_ = 0;  // the pool's count as of this rank's last claim
   bool pool_empty_ = false;
   std::int64_t chunk_ = 0;  // samples of the chunk being computed
+  double deadline_ = 0.0;   // deadline pools: compute-seconds for this step's chunks (0: none)
   double t_chunk_ = 0.0;
   // This rank's usual pooled throughput (samples per compute-second): the median of its last
   // kRateWindow steps', what "slowed this step" is measured against.
   static constexpr std::size_t kRateWindow = 5;
   std::vector<double> recent_rates_;
   [[nodiscard]] double usual_rate() const;
+  std::vector<std::int64_t> next_chunk_by_deadline(std::int64_t want, double usual);
 };
 
 }  // namespace antdt::agent

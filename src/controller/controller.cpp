@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <iomanip>
 #include <limits>
 #include <numeric>
 #include <sstream>
@@ -19,7 +20,8 @@ namespace antdt {
 namespace {
 
 constexpr std::uint32_t kControllerMagic = 0x4c544341;  // "ACTL"
-constexpr std::uint32_t kControllerFormat = 1;
+// 2: adds each rank's was-fine flag and the restarts decided (format 1 is read as none).
+constexpr std::uint32_t kControllerFormat = 2;
 
 void validate(const ControllerOptions& o) {
   if (o.window < 1) throw UsageError("controller: window must be at least 1 step, got " + std::to_string(o.window));
@@ -32,6 +34,8 @@ void validate(const ControllerOptions& o) {
   if (!(o.straggler_ratio > 0.0 && o.straggler_ratio <= 1.0)) {
     throw UsageError("controller: straggler_ratio must be in (0, 1], got " + std::to_string(o.straggler_ratio));
   }
+  if (o.restart.max_restarts < 0 || o.restart.cooldown_steps < 0 || o.restart.window < 0)
+    throw UsageError("controller: restart limits, cool-down and window must be >= 0");
 }
 
 }  // namespace
@@ -47,6 +51,7 @@ Controller::Controller(ControllerOptions options, Plan initial)
   if (initial.reason.empty()) initial.reason = "initial";
   history_.push_back(checked(std::move(initial)));
   slow_streak_.assign(static_cast<std::size_t>(plan().world_size()), 0);
+  was_fine_.assign(static_cast<std::size_t>(plan().world_size()), 0);
   assessments_.assign(static_cast<std::size_t>(plan().world_size()), RankAssessment{});
 }
 
@@ -121,15 +126,22 @@ void Controller::assess(std::int64_t step) {
     a.throughput = s.throughput;
     a.relative = reference > 0.0 ? s.throughput / reference : 1.0;
     const bool timed_now = s.last_throughput > 0.0;
-    if (timed_now && reference > 0.0) slow_streak_[r] = s.last_throughput < ratio * reference ? slow_streak_[r] + 1 : 0;
+    if (timed_now && reference > 0.0) {
+      const bool slow = s.last_throughput < ratio * reference;
+      slow_streak_[r] = slow ? slow_streak_[r] + 1 : 0;
+      if (!slow) was_fine_[r] = 1;
+    }
     a.slow_streak = slow_streak_[r];
+    a.was_fine = was_fine_[r] != 0;
     const char* untimed = timed_now ? "" : "no timed samples this step; ";
     if (a.slow_streak >= options_.persistence) {
-      a.kind = RankClass::persistent_straggler;
+      // Slow since it was first assessed: a slower device. Fine once, then slow: contention.
+      a.kind = a.was_fine ? RankClass::persistent_straggler : RankClass::deterministic_straggler;
       std::snprintf(buf, sizeof buf,
-                    "%sbelow %.3gx the cluster median (%.4g samples/s) for %d consecutive steps (persistence %d); "
+                    "%sbelow %.3gx the cluster median (%.4g samples/s) for %d consecutive steps (persistence %d)%s; "
                     "window median %.4g samples/s = %.3gx",
-                    untimed, ratio, reference, a.slow_streak, options_.persistence, s.throughput, a.relative);
+                    untimed, ratio, reference, a.slow_streak, options_.persistence,
+                    a.was_fine ? " after being fine" : ", since its first assessed step", s.throughput, a.relative);
     } else if (a.slow_streak > 0) {
       a.kind = RankClass::transient_straggler;
       std::snprintf(
@@ -154,7 +166,9 @@ void Controller::assess(std::int64_t step) {
   }
 }
 
-std::optional<Plan> Controller::on_step(std::int64_t step, std::span<const RankStepStats> stats) {
+std::optional<Plan> Controller::on_step(std::int64_t step, std::span<const RankStepStats> stats,
+                                        const StepOutlook& outlook) {
+  restart_.reset();
   if (static_cast<int>(stats.size()) != plan().world_size()) {
     throw UsageError("controller: got stats for " + std::to_string(stats.size()) + " ranks, world size is " +
                      std::to_string(plan().world_size()));
@@ -169,6 +183,7 @@ std::optional<Plan> Controller::on_step(std::int64_t step, std::span<const RankS
   monitor_.record(step, stats);
   assess(step);
   const ControllerContext context{step, plan(), monitor_, assessments_, options_, cost_, last_change_step_};
+  if (policy_->restarts()) consider_restart(step, outlook);
   std::optional<Plan> decided = policy_->decide(context);
   if (!decided) return std::nullopt;
   Plan next = checked(std::move(*decided));
@@ -179,6 +194,67 @@ std::optional<Plan> Controller::on_step(std::int64_t step, std::span<const RankS
   history_.push_back(std::move(next));
   last_change_step_ = step;
   return history_.back();
+}
+
+// Kill-restart (docs/nd.md): only for ranks that were fine and then stayed slow for the restart
+// window (lasting contention; a slower device stays slow wherever it runs), only where the
+// gain of finishing the remaining work at the throughput predicted after the restart beats the
+// measured cost of the restart, and never past the limit or inside the cool-down.
+void Controller::consider_restart(std::int64_t step, const StepOutlook& outlook) {
+  const RestartOptions& ro = options_.restart;
+  if (restarts_decided_ >= ro.max_restarts) return;
+  const std::int64_t cooldown = ro.cooldown_steps > 0 ? ro.cooldown_steps : options_.window;
+  if (last_restart_step_ >= 0 && step - last_restart_step_ < cooldown) return;
+  if (outlook.remaining_samples <= 0 || !(outlook.restart_seconds > 0.0)) return;  // nothing measured to weigh
+  const int world = monitor_.world_size();
+  const int window = ro.window > 0 ? ro.window : options_.window;
+  const auto node_of = [&](int r) {
+    return options_.nodes.size() == static_cast<std::size_t>(world) ? options_.nodes[static_cast<std::size_t>(r)]
+                                                                    : std::to_string(r);
+  };
+  std::vector<std::string> nodes;
+  for (int r = 0; r < world; ++r) {
+    const auto& a = assessments_[static_cast<std::size_t>(r)];
+    if (a.kind == RankClass::persistent_straggler && a.slow_streak >= window &&
+        std::find(nodes.begin(), nodes.end(), node_of(r)) == nodes.end())
+      nodes.push_back(node_of(r));
+  }
+  const double step_seconds = monitor_.step_seconds();
+  const double fill = monitor_.median_throughput();
+  if (nodes.empty() || !(step_seconds > 0.0) || !(fill > 0.0)) return;
+  RestartDecision d;
+  double sum_now = 0.0, sum_after = 0.0;
+  for (int r = 0; r < world; ++r) {
+    const double x = monitor_.has_throughput(r) ? monitor_.throughput(r) : fill;
+    sum_now += x;
+    if (std::find(nodes.begin(), nodes.end(), node_of(r)) == nodes.end()) {
+      sum_after += x;
+    } else {
+      d.ranks.push_back(r);
+      if (ro.replaces) sum_after += fill;  // the replacement node runs at the median speed
+    }
+  }
+  d.step = step;
+  d.x_now = static_cast<double>(options_.global_batch) / step_seconds;
+  d.x_after = d.x_now * sum_after / sum_now;
+  d.remaining_samples = outlook.remaining_samples;
+  d.cost_seconds = outlook.restart_seconds;
+  if (!(d.x_after > d.x_now)) return;
+  d.gain_seconds = static_cast<double>(d.remaining_samples) * (1.0 / d.x_now - 1.0 / d.x_after);
+  if (!(d.gain_seconds > d.cost_seconds)) return;
+  if (options_.nodes.size() == static_cast<std::size_t>(world)) d.nodes = nodes;
+  std::ostringstream why;
+  why << std::setprecision(4) << "kill-restart without ";
+  for (std::size_t i = 0; i < nodes.size(); ++i)
+    why << (i ? ", " : "") << (d.nodes.empty() ? "rank " : "node ") << nodes[i];
+  why << " (persistent straggler for >= " << window << " steps): predicted " << d.x_now << " -> " << d.x_after
+      << " samples/s over " << d.remaining_samples << " remaining samples gains " << d.gain_seconds
+      << " s > measured restart cost " << d.cost_seconds << " s; restart " << restarts_decided_ + 1 << " of at most "
+      << ro.max_restarts;
+  d.reason = why.str();
+  restart_ = std::move(d);
+  ++restarts_decided_;
+  last_restart_step_ = step;
 }
 
 const Plan& Controller::install_plan(Plan p, std::int64_t decided_at_step) {
@@ -215,6 +291,9 @@ std::vector<std::byte> Controller::serialize() const {
   w.put(last_change_step_);
   w.put(last_step_);
   w.put_vector(policy_->save_state());
+  w.put_vector(was_fine_);
+  w.put<std::int32_t>(restarts_decided_);
+  w.put(last_restart_step_);
   return w.take();
 }
 
@@ -224,8 +303,9 @@ Controller Controller::restore(std::span<const std::byte> bytes, ControllerOptio
     detail::ByteReader r(bytes);
     if (r.get<std::uint32_t>() != kControllerMagic)
       throw CheckpointError("controller state: not a controller blob (bad magic)");
-    if (const auto format = r.get<std::uint32_t>(); format != kControllerFormat) {
-      throw CheckpointError("controller state: format " + std::to_string(format) + " is not supported (expected " +
+    const auto format = r.get<std::uint32_t>();
+    if (format != 1 && format != kControllerFormat) {
+      throw CheckpointError("controller state: format " + std::to_string(format) + " is not supported (expected 1 to " +
                             std::to_string(kControllerFormat) + ")");
     }
     const int saved_world = r.get<std::int32_t>();
@@ -246,10 +326,23 @@ Controller Controller::restore(std::span<const std::byte> bytes, ControllerOptio
     const auto last_change = r.get<std::int64_t>();
     const auto last_step = r.get<std::int64_t>();
     const auto policy_state = r.get_vector<std::byte>();
+    std::vector<std::uint8_t> was_fine(streaks.size(), 0);
+    std::int32_t restarts = 0;
+    std::int64_t last_restart = -1;
+    if (format >= 2) {
+      was_fine = r.get_vector<std::uint8_t>();
+      restarts = r.get<std::int32_t>();
+      last_restart = r.get<std::int64_t>();
+    }
     if (!r.done()) throw CheckpointError("controller state: " + std::to_string(r.remaining()) + " trailing bytes");
     if (saved_world < 1 || history.back().world_size() != saved_world || monitor.world_size() != saved_world ||
-        static_cast<int>(streaks.size()) != saved_world) {
+        static_cast<int>(streaks.size()) != saved_world || was_fine.size() != streaks.size()) {
       throw CheckpointError("controller state: inconsistent world sizes");
+    }
+    if (restarts < 0 || last_restart < -1 || last_restart > last_step ||
+        std::any_of(was_fine.begin(), was_fine.end(), [](std::uint8_t f) { return f > 1; })) {
+      throw CheckpointError("controller state: " + std::to_string(restarts) + " restarts, the last at step " +
+                            std::to_string(last_restart) + ", or a was-fine flag out of range");
     }
     // The options in force when saved are those of the latest plan (checked() makes them so).
     if (saved_batch != history.back().global_batch || saved_caps != history.back().micro_batch_cap) {
@@ -302,11 +395,17 @@ Controller Controller::restore(std::span<const std::byte> bytes, ControllerOptio
     c.assessments_.assign(static_cast<std::size_t>(world), RankAssessment{});
     if (same_world) {
       c.slow_streak_ = std::move(streaks);
+      c.was_fine_ = std::move(was_fine);
       c.last_change_step_ = last_change;
     } else {
       c.slow_streak_.assign(static_cast<std::size_t>(world), 0);
+      c.was_fine_.assign(static_cast<std::size_t>(world), 0);
       c.last_change_step_ = -1;
     }
+    // A restart's count and step stay with the run, whatever the new world: that is what keeps
+    // a job from restarting again and again.
+    c.restarts_decided_ = restarts;
+    c.last_restart_step_ = last_restart;
 
     const Plan& last = c.history_.back();
     const bool same_shape =

@@ -128,11 +128,13 @@ class DdPolicy : public PolicyPlugin {
 
 // nd (AntDT-ND, docs/nd.md): steps are pooled, so transient slowness is absorbed within the
 // step by the other ranks' claims; the shares (which size chunks and grants) follow dd's
-// rebalancing of deterministic and persistent slowness.
+// rebalancing of deterministic and persistent slowness; lasting contention (a persistent
+// straggler) ends in a kill-restart when that pays (Controller::consider_restart).
 class NdPolicy final : public DdPolicy {
  public:
   [[nodiscard]] std::string name() const override { return "nd"; }
   [[nodiscard]] bool pools() const override { return true; }
+  [[nodiscard]] bool restarts() const override { return true; }
 };
 
 struct Registry {
@@ -163,6 +165,8 @@ const char* rank_class_name(RankClass c) noexcept {
       return "transient straggler";
     case RankClass::persistent_straggler:
       return "persistent straggler";
+    case RankClass::deterministic_straggler:
+      return "deterministic straggler";
   }
   return "?";
 }

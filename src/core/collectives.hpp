@@ -31,6 +31,18 @@ std::vector<T> allgather_value(const Communicator& comm, T mine, MPI_Datatype ty
   return all;
 }
 
+// Whether every rank of `comm` shares one node's memory (collective).
+inline bool on_one_node(const Communicator& comm) {
+  MPI_Comm node = MPI_COMM_NULL;
+  ANTDT_CHECK_MPI(MPI_Comm_split_type(comm.get(), MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  int size = 0;
+  MPI_Comm_size(node, &size);
+  MPI_Comm_free(&node);
+  int all = size == comm.size() ? 1 : 0;
+  ANTDT_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &all, 1, MPI_INT, MPI_MIN, comm.get()));
+  return all == 1;
+}
+
 // Every rank's string on rank 0, in rank order (empty elsewhere); each is cut to 255 bytes.
 inline std::vector<std::string> gather_strings(const Communicator& comm, const std::string& mine) {
   constexpr int kWidth = 256;

@@ -129,6 +129,33 @@ std::vector<RankStepStats> StepCoordinator::stats_of(std::span<const StepReport>
   return stats;
 }
 
+// B samples at the sum of the ranks' usual throughputs (window medians): how long the ranks
+// compute in a pooled step that ends by deadline. 0 until every rank with work is timed.
+double StepCoordinator::pooled_deadline() const {
+  const Monitor& m = controller_.monitor();
+  double sum = 0.0;
+  for (int r = 0; r < m.world_size(); ++r) {
+    if (!m.has_throughput(r)) return 0.0;
+    sum += m.throughput(r);
+  }
+  return sum > 0.0 ? static_cast<double>(plans_.current().global_batch) / sum : 0.0;
+}
+
+StepOutlook StepCoordinator::outlook() const {
+  StepOutlook o;
+  o.restart_seconds = restart_seconds_;
+  const std::int64_t b = controller_.options().global_batch;
+  std::int64_t left = -1;
+  if (options_.max_steps > 0) left = std::max<std::int64_t>(0, options_.max_steps - step_ - 1) * b;
+  if (options_.max_epochs > 0) {
+    const std::int64_t by_epochs =
+        std::max<std::int64_t>(0, options_.max_epochs * options_.dataset_size - committed_total_);
+    left = left < 0 ? by_epochs : std::min(left, by_epochs);
+  }
+  o.remaining_samples = left;
+  return o;
+}
+
 StepRecord StepCoordinator::record_of(std::vector<RankStepStats> stats, double loss_sum) const {
   StepRecord rec;
   rec.step = step_;
@@ -166,7 +193,8 @@ StepDecision StepCoordinator::decide(std::span<const StepReport> reports) {
     totals.max_compute_seconds = std::max(totals.max_compute_seconds, r.compute_seconds);
   }
   d.record = record_of(stats, totals.loss_sum);
-  if (std::optional<Plan> next = timed(controller_seconds_, [&] { return controller_.on_step(step_, stats); })) {
+  const StepOutlook ahead = outlook();
+  if (std::optional<Plan> next = timed(controller_seconds_, [&] { return controller_.on_step(step_, stats, ahead); })) {
     d.plan = std::make_shared<const Plan>(std::move(*next));
     plans_.issue(d.plan);
     totals.plan_follows = true;
@@ -175,8 +203,14 @@ StepDecision StepCoordinator::decide(std::span<const StepReport> reports) {
                     << " ms/step predicted; measured median " << controller_.monitor().step_seconds() * 1e3
                     << " ms under the old plan)";
   }
-  finished_ = reached_end_after(step_ + 1);
+  if (controller_.restart()) {  // the run ends here; rank 0 checkpoints it for the restarted job
+    restart_ = controller_.restart();
+    totals.restart = true;
+    ANTDT_LOG(warn) << "step " << step_ << ": " << restart_->reason;
+  }
+  finished_ = restart_.has_value() || reached_end_after(step_ + 1);
   grant_into(d);
+  if (options_.pool.pooled) totals.deadline_seconds = pooled_deadline();
   totals.ends_step = true;
   totals.finished = finished_;
   totals.completed_epochs = dds_.ledger().completed_epochs();

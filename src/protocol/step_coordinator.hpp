@@ -90,6 +90,11 @@ class StepCoordinator {
   [[nodiscard]] const dds::Coordinator& dds() const noexcept { return dds_; }
   [[nodiscard]] std::int64_t committed_total() const noexcept { return committed_total_; }
   [[nodiscard]] bool finished() const noexcept { return finished_; }
+  // The kill-restart this run ended with, if it did (the decision's ranks and nodes).
+  [[nodiscard]] const std::optional<RestartDecision>& restart() const noexcept { return restart_; }
+  // The measured cost of a restart (checkpoint + relaunch), for the Controller to weigh; 0 until
+  // something has been measured.
+  void set_restart_seconds(double seconds) noexcept { restart_seconds_ = seconds; }
   // Profiling only: a clock the coordinator reads around its DDS work (commit, coverage,
   // grants) and around the Controller to add up dds_seconds() and controller_seconds().
   // Decisions never depend on it.
@@ -104,6 +109,8 @@ class StepCoordinator {
   [[nodiscard]] StepRecord record_of(std::vector<RankStepStats> stats, double loss_sum) const;
   [[nodiscard]] bool reached_end_after(std::int64_t next_step) const;
   [[nodiscard]] std::vector<std::int64_t> coming_demand() const;
+  [[nodiscard]] StepOutlook outlook() const;
+  [[nodiscard]] double pooled_deadline() const;
   void grant_into(StepDecision& decision);
   [[nodiscard]] StepDecision rejected(ReplyStatus status, std::string why) const;
   template <class F>
@@ -119,6 +126,8 @@ class StepCoordinator {
   std::function<double()> clock_;
   double dds_seconds_ = 0.0;
   double controller_seconds_ = 0.0;
+  double restart_seconds_ = 0.0;
+  std::optional<RestartDecision> restart_;
 };
 
 }  // namespace antdt::protocol

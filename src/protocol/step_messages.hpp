@@ -43,13 +43,17 @@ struct StepReport {
 enum class ReplyStatus : std::uint8_t { ok = 0, usage_error = 1, error = 2 };
 
 struct StepReply {
-  static constexpr std::uint8_t kVersion = 1;
+  static constexpr std::uint8_t kVersion = 3;  // 2: restart; 3: deadline
 
   ReplyStatus status = ReplyStatus::ok;
   std::string error;          // one line, when status != ok
   bool ends_step = false;     // false: the reply to the first exchange (grants only)
   bool finished = false;      // no step follows (max_steps reached or every epoch committed)
   bool plan_follows = false;  // a new plan comes with this reply (effective at its effective_step)
+  bool restart = false;       // kill-restart: no step follows; checkpoint, then exit for resubmission
+  // Pooled steps by deadline (PoolMechanism::deadline): the compute-seconds each rank may spend
+  // on the next step's chunks; 0: none yet (each rank does its share).
+  double deadline_seconds = 0.0;
   std::int64_t completed_epochs = 0;
   std::int64_t committed_total = 0;
   // The step's totals over all ranks: the same in every rank's reply.
@@ -61,8 +65,9 @@ struct StepReply {
 
   template <class Self, class F>
   static void fields(Self& m, F&& f) {
-    f(m.status), f(m.error), f(m.ends_step), f(m.finished), f(m.plan_follows), f(m.completed_epochs),
-        f(m.committed_total), f(m.samples), f(m.correct), f(m.loss_sum), f(m.max_compute_seconds), f(m.grants);
+    f(m.status), f(m.error), f(m.ends_step), f(m.finished), f(m.plan_follows), f(m.restart), f(m.deadline_seconds),
+        f(m.completed_epochs), f(m.committed_total), f(m.samples), f(m.correct), f(m.loss_sum),
+        f(m.max_compute_seconds), f(m.grants);
   }
 };
 

@@ -79,6 +79,7 @@ void summarize_session(const Session& session, RunSummary& s) {
   if (session.rank() != 0) return;
   const RunTotals t = session.totals();
   s.ranks = session.size();
+  s.nodes = session.node_names();
   s.steps = t.steps;
   s.samples = session.samples_committed();
   s.emulated = session.emulated();
@@ -103,6 +104,7 @@ void summarize_session(const Session& session, RunSummary& s) {
   s.final_split = session.plan().batch;
   s.assessments = session.assessments();
   s.coverage = session.coverage();
+  s.restart = session.restart_decision();
   s.duplicated_samples = s.missing_samples = 0;
   for (const auto& c : s.coverage) {
     s.duplicated_samples += c.duplicated;
@@ -123,6 +125,9 @@ std::string summary_json(const RunSummary& s) {
   o << "  \"read_ahead_fraction\": " << json_number(s.read_ahead_fraction) << ",\n";
   o << "  \"reduce_overlap\": " << (s.reduce_overlap ? "true" : "false") << ",\n";
   o << "  \"job_id\": " << json_string(s.job_id) << ",\n";
+  o << "  \"nodes\": [";
+  for (std::size_t i = 0; i < s.nodes.size(); ++i) o << (i ? ", " : "") << json_string(s.nodes[i]);
+  o << "],\n";
   o << "  \"emulated\": " << (s.emulated ? "true" : "false") << ",\n";
   o << "  \"emulation\": " << json_string(s.emulation) << ",\n";
   o << "  \"emulated_speeds\": " << json_array(s.emulated_speeds) << ",\n";
@@ -151,7 +156,7 @@ std::string summary_json(const RunSummary& s) {
   bool first = true;
   for (std::size_t r = 0; r < s.assessments.size(); ++r) {
     const auto& a = s.assessments[r];
-    if (a.kind != RankClass::transient_straggler && a.kind != RankClass::persistent_straggler) continue;
+    if (a.kind == RankClass::normal || a.kind == RankClass::leader) continue;
     o << (first ? "" : ", ") << "{\"rank\": " << r << ", \"class\": " << json_string(rank_class_name(a.kind))
       << ", \"reason\": " << json_string(a.reason) << "}";
     first = false;
@@ -165,6 +170,15 @@ std::string summary_json(const RunSummary& s) {
       << ", \"reason\": " << json_string(p.reason) << "}";
   }
   o << "],\n";
+  if (s.restart) {
+    const auto& r = *s.restart;
+    std::vector<std::string> nodes = r.nodes;
+    o << "  \"restart\": {\"step\": " << r.step << ", \"ranks\": " << json_array(r.ranks) << ", \"nodes\": [";
+    for (std::size_t i = 0; i < nodes.size(); ++i) o << (i ? ", " : "") << json_string(nodes[i]);
+    o << "], \"throughput_now\": " << json_number(r.x_now) << ", \"throughput_after\": " << json_number(r.x_after)
+      << ", \"remaining_samples\": " << r.remaining_samples << ", \"gain_seconds\": " << json_number(r.gain_seconds)
+      << ", \"cost_seconds\": " << json_number(r.cost_seconds) << ", \"reason\": " << json_string(r.reason) << "},\n";
+  }
   o << "  \"epochs\": [";
   for (std::size_t i = 0; i < s.coverage.size(); ++i) {
     const auto& c = s.coverage[i];
@@ -208,6 +222,7 @@ std::string summary_text(const RunSummary& s) {
     for (std::size_t i = 0; i < p.batch.size(); ++i) o << (i ? "," : "") << p.batch[i];
     o << "] " << p.reason << "\n";
   }
+  if (s.restart) o << "STOPPED for a kill-restart: " << s.restart->reason << "\n";
   o << "samples duplicated " << s.duplicated_samples << ", missing " << s.missing_samples << " (over "
     << s.coverage.size() << " completed epochs)\n";
   o << std::setprecision(5) << "final training loss " << s.final_loss;

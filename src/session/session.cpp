@@ -78,9 +78,19 @@ struct Session::Impl {
         priors(detail::allgather_value<double>(comm, opt.device_prior, MPI_DOUBLE)),
         node(opt.node_name.empty() ? discover_node_name() : opt.node_name),
         nodes(detail::gather_strings(comm, node)),
-        coordinator_opt(detail::coordinator_options(opt, caps)),
+        coordinator_opt(resolved(detail::coordinator_options(opt, caps, nodes), comm)),
         agent(comm.rank(), comm.size(), ledger, opt.emulation, clock, node, coordinator_opt.pool),
-        pool(coordinator_opt.pool.pooled ? std::make_unique<detail::RmaStepPool>(comm) : nullptr) {}
+        pool(coordinator_opt.pool.pooled && coordinator_opt.pool.mechanism == PoolMechanism::counter
+                 ? std::make_unique<detail::RmaStepPool>(comm)
+                 : nullptr) {}
+
+  // A pooled job's claims go to rank 0's counter only where MPI's atomics work well: one node.
+  static protocol::StepCoordinatorOptions resolved(protocol::StepCoordinatorOptions c, const Communicator& comm) {
+    if (c.pool.pooled && c.pool.mechanism == PoolMechanism::automatic) {
+      c.pool.mechanism = detail::on_one_node(comm) ? PoolMechanism::counter : PoolMechanism::deadline;
+    }
+    return c;
+  }
 
   [[nodiscard]] bool root() const { return comm.is_root(); }
 
@@ -217,9 +227,9 @@ void Session::mark_compute_done(double measured_seconds) { impl_->agent.mark_com
 
 std::vector<std::int64_t> Session::next_chunk() {
   auto& s = *impl_;
-  if (!s.pool)
+  if (!s.coordinator_opt.pool.pooled)
     throw UsageError("Session::next_chunk: the policy '" + s.opt.controller.policy + "' does not pool steps");
-  return s.agent.next_chunk(*s.pool);
+  return s.agent.next_chunk(s.pool.get());
 }
 
 void Session::chunk_done(double measured_seconds) { impl_->agent.chunk_done(measured_seconds); }
@@ -258,6 +268,15 @@ StepSummary Session::end_step(double loss_sum, std::int64_t correct) {
 }
 
 bool Session::finished() const noexcept { return impl_->agent.finished(); }
+bool Session::restart_requested() const noexcept { return impl_->agent.restart_requested(); }
+
+std::optional<RestartDecision> Session::restart_decision() const {
+  return impl_->coordinator ? impl_->coordinator->restart() : std::nullopt;
+}
+
+void Session::set_restart_cost(double seconds) {
+  if (impl_->coordinator) impl_->coordinator->set_restart_seconds(seconds);
+}
 
 void Session::save(CheckpointWriter& writer) const {
   const auto& s = *impl_;

@@ -44,6 +44,7 @@ PoolOptions pool_options(const SessionOptions& o, int world) {
   const int backups = o.backup_workers < 0 ? std::min(1, world - 1) : o.backup_workers;
   p.backup_workers = p.pooled ? backups : 0;
   p.chunks_per_share = o.chunks_per_share;
+  p.mechanism = o.pool_mechanism;
   if (p.pooled && backups >= world) {
     throw UsageError("Session: " + std::to_string(backups) + " backup workers of " + std::to_string(world) +
                      " ranks; give 0 to " + std::to_string(world - 1) + " (a step needs a rank that is not a backup)");
@@ -52,7 +53,8 @@ PoolOptions pool_options(const SessionOptions& o, int world) {
   return p;
 }
 
-protocol::StepCoordinatorOptions coordinator_options(const SessionOptions& o, const std::vector<std::int64_t>& caps) {
+protocol::StepCoordinatorOptions coordinator_options(const SessionOptions& o, const std::vector<std::int64_t>& caps,
+                                                     const std::vector<std::string>& nodes) {
   protocol::StepCoordinatorOptions c;
   c.prefetch_steps = o.prefetch_steps;
   c.max_steps = o.max_steps;
@@ -65,6 +67,7 @@ protocol::StepCoordinatorOptions coordinator_options(const SessionOptions& o, co
   c.controller.caps = caps;
   c.controller.world_size = static_cast<int>(caps.size());
   c.controller.cost.gradient_bytes = o.gradient_bytes;
+  c.controller.nodes = nodes;
   c.pool = pool_options(o, static_cast<int>(caps.size()));
   return c;
 }

@@ -18,8 +18,10 @@ void validate_session_options(const SessionOptions& o, int world);
 // How steps are cut: pooled when the policy pools (nd), with the session's backup workers.
 [[nodiscard]] PoolOptions pool_options(const SessionOptions& o, int world);
 // Rank 0's StepCoordinator options, with the Controller's resolved from every rank's cap m_i.
+// `nodes`: every rank's node name on rank 0 (empty elsewhere).
 [[nodiscard]] protocol::StepCoordinatorOptions coordinator_options(const SessionOptions& o,
-                                                                   const std::vector<std::int64_t>& caps);
+                                                                   const std::vector<std::int64_t>& caps,
+                                                                   const std::vector<std::string>& nodes = {});
 // Equal shares; or, for a policy that rebalances, a split by GPU-generation priors (0 = unknown)
 // before anything is measured.
 [[nodiscard]] Plan first_plan(const SessionOptions& o, const std::vector<std::int64_t>& caps,

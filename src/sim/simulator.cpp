@@ -67,6 +67,8 @@ Job make_job(const SimConfig& c) {
   j.coordinator.pool.backup_workers = j.coordinator.pool.pooled ? backups : 0;
   if (j.coordinator.pool.pooled) (void)pooled_claim_cap(1, 1, n, backups);  // UsageError on a bad count
   j.coordinator.pool.chunks_per_share = c.chunks_per_share;
+  j.coordinator.pool.mechanism =
+      c.pool_mechanism == PoolMechanism::deadline ? PoolMechanism::deadline : PoolMechanism::counter;
   return j;
 }
 
@@ -104,7 +106,9 @@ double wall_now() { return std::chrono::duration<double>(std::chrono::steady_clo
 class Ranks {
  public:
   Ranks(const Job& job, const Plan& first, double atomic_seconds)
-      : clocks_(job.emulation.speeds.size()), pool_(atomic_seconds) {
+      : clocks_(job.emulation.speeds.size()),
+        pool_(atomic_seconds),
+        by_deadline_(job.coordinator.pool.mechanism == PoolMechanism::deadline) {
     const int n = static_cast<int>(clocks_.size());
     agents_.reserve(clocks_.size());
     auto plan = std::make_shared<const Plan>(first);
@@ -159,7 +163,7 @@ class Ranks {
       const std::size_t i = next.top().second;
       next.pop();
       pool_.use_clock(&clocks_[i]);
-      if (agents_[i].next_chunk(pool_).empty()) {
+      if (agents_[i].next_chunk(by_deadline_ ? nullptr : &pool_).empty()) {
         agents_[i].mark_compute_done();
         continue;
       }
@@ -195,6 +199,7 @@ class Ranks {
   std::vector<agent::Agent> agents_;
   std::vector<double> ready_;
   SimPool pool_;
+  bool by_deadline_;
 };
 
 std::size_t plan_bytes(const Plan& p) {

@@ -82,7 +82,8 @@ class TrainCli(Workdir):
         self.assert_usage_error(run([TRAIN, "--global-batch", "8"]), "--steps or --epochs")
         self.assert_usage_error(run([TRAIN, "--steps", "1", "--resume"]), "--checkpoint-dir")
         self.assert_usage_error(run([TRAIN, "--steps", "1", "--no-such-option"]), "no-such-option")
-        self.assert_usage_error(run([TRAIN, "--steps", "1", "--policy", "nd"]), "nd")
+        self.assert_usage_error(run([TRAIN, "--steps", "1", "--policy", "nd", "--backup-workers", "1"]),
+                                "--backup-workers 1 leaves no rank")
 
     def test_bad_values_on_many_ranks_exit_2(self):
         r = mpirun(3, "--steps", "1", "--emulate-speed", "1,1")  # 2 speeds for 3 ranks

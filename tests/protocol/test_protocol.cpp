@@ -249,6 +249,7 @@ namespace {
 // virtual times, as the simulator does.
 struct PooledJob : Job {
   agent::CounterPool pool;
+  bool by_deadline = false;
 
   PooledJob(std::vector<double> speeds, std::int64_t n, std::int64_t batch, std::int64_t epochs, int backup,
             EmulationOptions extra = {})
@@ -268,7 +269,7 @@ struct PooledJob : Job {
       std::size_t i = agents.size();
       for (std::size_t k = 0; k < agents.size(); ++k)
         if (!finished[k] && (i == agents.size() || clocks[k].now() < clocks[i].now())) i = k;
-      const auto chunk = agents[i].next_chunk(pool);
+      const auto chunk = agents[i].next_chunk(by_deadline ? nullptr : &pool);
       if (chunk.empty()) {
         agents[i].mark_compute_done();
         finished[i] = true;
@@ -329,5 +330,30 @@ TEST(StepProtocol, PooledStepsKeepEverySampleOncePerEpoch) {
   for (const auto& c : job.coordinator->dds().coverage()) {
     EXPECT_EQ(c.missing, 0);
     EXPECT_EQ(c.duplicated, 0);
+  }
+}
+
+TEST(StepProtocol, APooledStepByDeadlineStopsEachRankAtThePredictedComputeTime) {
+  EmulationOptions slow;
+  slow.schedule = parse_schedule("2:8:0.33,2:9:1");  // rank 2 is 3x slower in step 8 only
+  PooledJob job({1, 1, 1, 1, 1}, 100000, 100, 0, 1, slow);
+  job.by_deadline = true;
+  for (int s = 0; s < 12; ++s) {
+    std::vector<std::vector<std::int64_t>> done;
+    const StepDecision d = job.step_pooled(&done);
+    ASSERT_EQ(d.reply.status, ReplyStatus::ok) << d.reply.error;
+    if (s < 4) {  // no deadline before the Monitor has timed every rank: each does its share
+      for (const auto& r : done) EXPECT_EQ(r.size(), 20U) << "step " << s;
+    } else if (s == 8) {
+      EXPECT_LT(done[2].size(), 10U) << "the slowed rank stops at the deadline with what it finished";
+      EXPECT_LT(d.reply.samples, 100) << "the step does fewer than B; the update stays exact over what was done";
+      for (std::size_t r : {0U, 1U, 3U, 4U}) EXPECT_EQ(done[r].size(), 20U) << "the others stop at the deadline too";
+    } else {
+      EXPECT_EQ(d.reply.samples, 100) << "step " << s << ": at the usual speeds the deadline is B's compute time";
+    }
+    if (s >= 4) {
+      EXPECT_NEAR(d.reply.deadline_seconds, 100 * 1e-3 / 5, 1e-9) << "B / sum x_i";
+    }
+    job.apply(d);
   }
 }

@@ -1,0 +1,71 @@
+#include "train/restart.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <vector>
+
+#include "antdt/error.hpp"
+
+namespace antdt::train {
+
+namespace {
+
+double wall_clock() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string in(const std::string& dir, const char* file) { return (std::filesystem::path(dir) / file).string(); }
+
+}  // namespace
+
+double note_relaunch(const std::string& dir) {
+  const std::string pending = in(dir, kRestartPendingFile), history = in(dir, kRestartHistoryFile);
+  if (std::ifstream p(pending); p) {
+    double exited = 0.0;
+    if (p >> exited && exited > 0.0) {
+      std::ofstream h(history, std::ios::app);
+      h << "relaunch " << std::max(0.0, wall_clock() - exited) << "\n";
+      if (!h) throw FileError("cannot write " + history);
+    }
+    p.close();
+    std::error_code ec;
+    std::filesystem::remove(pending, ec);
+  }
+  std::vector<double> seconds;
+  std::ifstream h(history);
+  std::string word;
+  for (double s = 0.0; h >> word >> s;) {
+    if (word == "relaunch" && s >= 0.0) seconds.push_back(s);
+  }
+  if (seconds.empty()) return 0.0;
+  std::nth_element(seconds.begin(), seconds.begin() + static_cast<std::ptrdiff_t>(seconds.size() / 2), seconds.end());
+  return seconds[seconds.size() / 2];
+}
+
+void record_restart_exit(const std::string& dir, const RestartDecision& decision) {
+  const std::string exclude = in(dir, kRestartExcludeFile), pending = in(dir, kRestartPendingFile);
+  std::set<std::string> known;
+  if (std::ifstream e(exclude); e) {
+    for (std::string line; std::getline(e, line);)
+      if (!line.empty()) known.insert(line);
+  }
+  std::ofstream e(exclude, std::ios::app);
+  if (decision.nodes.empty()) {
+    for (const int r : decision.ranks)
+      if (known.insert("rank " + std::to_string(r)).second) e << "rank " << r << "\n";
+  } else {
+    for (const auto& node : decision.nodes)
+      if (known.insert(node).second) e << node << "\n";
+  }
+  std::ofstream p(pending, std::ios::trunc);
+  p.precision(17);
+  p << wall_clock() << "\n";
+  e.close();
+  p.close();
+  if (!e || !p) throw FileError("cannot write the restart records in " + dir + " (" + exclude + ", " + pending + ")");
+}
+
+}  // namespace antdt::train

@@ -1,0 +1,28 @@
+// antdt-train's kill-restart bookkeeping in the checkpoint directory (docs/nd.md). Rank 0 only.
+//
+//   antdt-restart-exclude   the nodes to leave out when the job is resubmitted, one per line;
+//                           each restart adds its nodes (scripts/slurm reads it)
+//   antdt-restart-pending   written at a restart exit: the wall-clock second it exited
+//   antdt-restart-history   one line per restart, written by the resumed job: the seconds from
+//                           that exit to its start (the queue wait and launch, measured)
+#pragma once
+
+#include <string>
+
+#include "antdt/controller.hpp"
+
+namespace antdt::train {
+
+inline constexpr const char* kRestartExcludeFile = "antdt-restart-exclude";
+inline constexpr const char* kRestartPendingFile = "antdt-restart-pending";
+inline constexpr const char* kRestartHistoryFile = "antdt-restart-history";
+
+// At the start of a resumed job: turns a pending restart into a measured relaunch in the
+// history. Returns the median relaunch of every restart so far (0 when none was measured).
+double note_relaunch(const std::string& dir);
+
+// At a restart exit: adds the decision's nodes (or ranks, without node names) to the exclude
+// file and marks the restart pending. FileError when the files cannot be written.
+void record_restart_exit(const std::string& dir, const RestartDecision& decision);
+
+}  // namespace antdt::train
