@@ -98,7 +98,8 @@ std::string json_policy(const antdt::sim::SimResult& r) {
     << ", \"reply_bytes_typical\": " << r.reply_bytes_typical << ", \"reply_bytes_max\": " << r.reply_bytes_max
     << ", \"gather_bytes_at_rank0\": " << r.gather_bytes << ", \"control_seconds_median\": " << r.control_seconds_median
     << ", \"allreduce_seconds\": " << r.allreduce_seconds << ", \"duplicated_samples\": " << r.duplicated
-    << ", \"missing_samples\": " << r.missing << ", \"epochs\": [";
+    << ", \"missing_samples\": " << r.missing << ", \"restarts\": " << r.restarts.size() << ", \"claims\": " << r.claims
+    << ", \"epochs\": [";
   for (std::size_t i = 0; i < r.coverage.size(); ++i) {
     const auto& c = r.coverage[i];
     o << (i ? ", " : "") << "{\"epoch\": " << c.epoch << ", \"committed\": " << c.committed
@@ -229,6 +230,14 @@ int run(int argc, char** argv) {
   app.add_option("--nd-pool", nd_pool, "nd: counter (claims on rank 0) or deadline (a predicted compute deadline)")
       ->check(CLI::IsMember({"counter", "deadline"}))
       ->capture_default_str();
+  app.add_option("--restart-seconds", config.restart_seconds,
+                 "nd: what one kill-restart costs (checkpoint, queue, relaunch), charged to the simulated time and "
+                 "given to the Controller as its measured cost (0: unknown: no restart)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--max-restarts", ctl.restart.max_restarts, "nd: kill-restarts over the run")
+      ->check(CLI::Range(0, 1000))
+      ->capture_default_str();
   app.add_option("--chunk-overhead", config.chunk_overhead_seconds,
                  "nd: seconds per micro-chunk besides its compute and claims (its read)")
       ->check(CLI::NonNegativeNumber)
@@ -306,6 +315,15 @@ int run(int argc, char** argv) {
               << r.duplicated << std::setw(6) << r.missing << "\n";
   }
   std::cout.unsetf(std::ios::floatfield);
+  std::cout << "simulated time to the end:";
+  for (const auto& r : results) {
+    std::cout << " " << r.policy << " " << std::setprecision(4) << r.seconds << " s";
+    if (!r.restarts.empty())
+      std::cout << " (" << r.restarts.size() << " restart(s), " << config.restart_seconds << " s each)";
+  }
+  std::cout << "\n";
+  for (const auto& r : results)
+    for (const auto& d : r.restarts) std::cout << r.policy << " at step " << d.step << ": " << d.reason << "\n";
   std::cout << "per epoch (committed/missing/duplicated, counted independently of the ledger):";
   for (const auto& r : results) {
     std::cout << "\n  " << r.policy << ":";

@@ -1,12 +1,15 @@
 #include "sim/simulator.hpp"
 
+#include <unistd.h>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <memory>
 #include <queue>
 
 #include "agent/agent.hpp"
+#include "antdt/checkpoint.hpp"
 #include "antdt/error.hpp"
 #include "core/log_histogram.hpp"
 #include "core/plan_codec.hpp"
@@ -176,6 +179,19 @@ class Ranks {
 
   [[nodiscard]] std::int64_t atomics() const noexcept { return pool_.atomics(); }
 
+  // After a restart: every rank resumes where the restored coordinator stands.
+  void resume(const protocol::StepCoordinator& c, const dds::LedgerOptions& ledger) {
+    const protocol::ResumeState state = c.resume_state();
+    dds::LedgerOptions order = ledger;
+    order.shard_size = state.shard_size;
+    order.shuffle_shards = state.shuffle_shards;
+    order.shuffle_within_shard = state.shuffle_within_shard;
+    for (auto& a : agents_) {
+      a.reset_plan(c.plans().current_ptr(), c.plans().pending());
+      a.resume(state, order);
+    }
+  }
+
   // Hands each rank its reply; returns the largest reply's bytes.
   std::size_t apply(const protocol::StepDecision& d) {
     std::size_t largest = 0;
@@ -201,6 +217,19 @@ class Ranks {
   SimPool pool_;
   bool by_deadline_;
 };
+
+// A restart's job: the ranks it leaves out come back as ranks at the median speed (a replacement
+// node), with no scheduled change of their own.
+Job replacement_job(Job job, const RestartDecision& d) {
+  std::vector<double> sorted = job.emulation.speeds;
+  std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(sorted.size() / 2), sorted.end());
+  const double median = sorted[sorted.size() / 2];
+  for (const int rank : d.ranks) {
+    job.emulation.speeds[static_cast<std::size_t>(rank)] = median;
+    std::erase_if(job.emulation.schedule, [&](const SpeedChange& c) { return c.rank == rank; });
+  }
+  return job;
+}
 
 std::size_t plan_bytes(const Plan& p) {
   detail::ByteWriter w;
@@ -242,37 +271,79 @@ double NetworkModel::broadcast_seconds(int p, double bytes) const {
   return log2_levels(p) * (alpha + bytes * worst_beta(p));
 }
 
+namespace {
+
+// A kill-restart, as a job does it: checkpoint the coordinator (a real checkpoint file), then a
+// new job on as many ranks, the left-out ones replaced, restores it and resumes.
+void restart(std::unique_ptr<protocol::StepCoordinator>& coordinator, std::unique_ptr<Ranks>& ranks, Job& job,
+             const SimConfig& config, SimResult& r) {
+  const RestartDecision decision = *coordinator->restart();
+  r.restarts.push_back(decision);
+  r.claims += ranks->atomics();
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("antdt-sim-restart-" + std::to_string(::getpid()) + "-" + std::to_string(r.restarts.size()));
+  std::string path;
+  {
+    CheckpointWriter w(dir.string(), coordinator->step());
+    coordinator->save(w);
+    path = w.commit(1);
+  }
+  job = replacement_job(std::move(job), decision);
+  {
+    const CheckpointReader reader(path);
+    coordinator = std::make_unique<protocol::StepCoordinator>(
+        protocol::StepCoordinator::restore(reader, job.coordinator, job.ledger));
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  coordinator->set_restart_seconds(config.restart_seconds);
+  coordinator->set_profiling_clock(wall_now);
+  ranks = std::make_unique<Ranks>(job, coordinator->plans().current(), config.network.atomic_seconds);
+  ranks->resume(*coordinator, job.ledger);
+  (void)ranks->apply(coordinator->start());
+}
+
+}  // namespace
+
 SimResult simulate(const SimConfig& config) {
   validate(config);
-  const Job job = make_job(config);
+  Job job = make_job(config);
   const int n = job.controller.world_size;
-  protocol::StepCoordinator coordinator(job.coordinator, job.ledger,
-                                        equal_plan(job.controller.global_batch, job.controller.caps));
-  Ranks ranks(job, coordinator.plans().current(), config.network.atomic_seconds);
-  (void)ranks.apply(coordinator.start());
+  auto coordinator = std::make_unique<protocol::StepCoordinator>(
+      job.coordinator, job.ledger, equal_plan(job.controller.global_batch, job.controller.caps));
+  auto ranks = std::make_unique<Ranks>(job, coordinator->plans().current(), config.network.atomic_seconds);
+  coordinator->set_restart_seconds(config.restart_seconds);
+  (void)ranks->apply(coordinator->start());
 
   SimResult r;
-  r.policy = coordinator.controller().policy_name();
+  r.policy = coordinator->controller().policy_name();
   r.ranks = n;
   r.report_bytes = protocol::encoded_size(protocol::StepReport{});
   r.gather_bytes = r.report_bytes * static_cast<std::size_t>(n);
   r.allreduce_seconds = config.network.allreduce_seconds(n, static_cast<double>(config.gradient_bytes));
   detail::LogHistogram decision, in_controller, control, error;
-  coordinator.set_profiling_clock(wall_now);
+  coordinator->set_profiling_clock(wall_now);
   // The ideal time of the work done: each step's samples at the sum of the ranks' speeds then.
   double ideal_seconds = 0.0, settled_ideal = 0.0;
   double error_sum = 0.0, sum_mean_t = 0.0, sum_max_t = 0.0, now = 0.0, settled_seconds = 0.0;
-  while (!coordinator.finished()) {
+  for (;;) {
+    if (coordinator->finished()) {
+      if (!coordinator->restart()) break;
+      restart(coordinator, ranks, job, config, r);
+      now += config.restart_seconds;
+      r.seconds += config.restart_seconds;
+      continue;
+    }
     double end = 0.0, mean_t = 0.0, max_t = 0.0;
-    const auto reports = ranks.run_step(now, config.overhead_seconds, config.chunk_overhead_seconds,
-                                        r.allreduce_seconds, end, mean_t, max_t);
-    const double t_decide = wall_now(), controller_before = coordinator.controller_seconds();
-    const protocol::StepDecision d = coordinator.decide(reports);
+    const auto reports = ranks->run_step(now, config.overhead_seconds, config.chunk_overhead_seconds,
+                                         r.allreduce_seconds, end, mean_t, max_t);
+    const double t_decide = wall_now(), controller_before = coordinator->controller_seconds();
+    const protocol::StepDecision d = coordinator->decide(reports);
     const double decided = wall_now() - t_decide;
-    in_controller.add(coordinator.controller_seconds() - controller_before);
+    in_controller.add(coordinator->controller_seconds() - controller_before);
     if (d.reply.status != protocol::ReplyStatus::ok)
       throw Error("simulator: the coordinator rejected a step: " + d.reply.error);
-    const std::size_t reply_bytes = ranks.apply(d);
+    const std::size_t reply_bytes = ranks->apply(d);
     const double exchange =
         config.network.gather_seconds(n, static_cast<double>(r.report_bytes)) +
         config.network.gather_seconds(n, static_cast<double>(reply_bytes)) +
@@ -296,7 +367,7 @@ SimResult simulate(const SimConfig& config) {
     if (r.plan_changes > 0 && d.record && d.record->step == r.settled_from_step) {
       settled_seconds = settled_ideal = 0.0;
     }
-    const double ideal = static_cast<double>(d.reply.samples) / ranks.ideal_throughput(r.steps);
+    const double ideal = static_cast<double>(d.reply.samples) / ranks->ideal_throughput(r.steps);
     ideal_seconds += ideal;
     settled_ideal += ideal;
     settled_seconds += step_seconds;
@@ -308,7 +379,8 @@ SimResult simulate(const SimConfig& config) {
     ++r.steps;
   }
   r.throughput = r.seconds > 0.0 ? static_cast<double>(r.samples) / r.seconds : 0.0;
-  r.ideal_throughput = ideal_seconds > 0.0 ? static_cast<double>(r.samples) / ideal_seconds : ranks.ideal_throughput(0);
+  r.ideal_throughput =
+      ideal_seconds > 0.0 ? static_cast<double>(r.samples) / ideal_seconds : ranks->ideal_throughput(0);
   r.efficiency = r.seconds > 0.0 ? ideal_seconds / r.seconds : 0.0;
   r.settled_efficiency = settled_seconds > 0.0 ? settled_ideal / settled_seconds : r.efficiency;
   r.idle_fraction = sum_max_t > 0.0 ? 1.0 - sum_mean_t / sum_max_t : 0.0;
@@ -318,10 +390,10 @@ SimResult simulate(const SimConfig& config) {
   r.decision_seconds_max = decision.max();
   r.controller_seconds_median = in_controller.median();
   r.control_seconds_median = control.median();
-  r.coverage = coordinator.dds().coverage();
+  r.coverage = coordinator->dds().coverage();
   for (const auto& c : r.coverage) r.duplicated += c.duplicated, r.missing += c.missing;
-  r.plans = coordinator.controller().history();
-  r.claims = ranks.atomics();
+  r.plans = coordinator->controller().history();
+  r.claims += ranks->atomics();
   return r;
 }
 

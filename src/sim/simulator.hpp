@@ -61,6 +61,11 @@ struct SimConfig {
   EmulationOptions emulation;                             // transient_*, jitter and seed; speeds and c come from above
   ControllerOptions controller;                           // policy, global batch, caps, thresholds, cost model
   NetworkModel network;
+  // Kill-restart (policy nd): the cost of one restart (checkpoint, queue, relaunch), charged
+  // to the simulated time and given to the Controller as the measured cost (0: unknown, so no
+  // restart is decided). A restart replaces the ranks it leaves out with ranks at the median
+  // speed, and resumes from a real checkpoint of the coordinator.
+  double restart_seconds = 0.0;
   // Add the coordinator's real decision time (measured on this machine) to each simulated step:
   // it is on the critical path between the gather and the replies. Off for reproducible times.
   bool charge_decision_time = true;
@@ -100,7 +105,8 @@ struct SimResult {
   double allreduce_seconds = 0.0;       // modelled, per step
   std::vector<dds::Coordinator::EpochCoverage> coverage;
   std::int64_t duplicated = 0, missing = 0;  // over completed epochs; both must be 0
-  std::vector<Plan> plans;                   // the plans of the run, in order
+  std::vector<Plan> plans;                   // the plans of the run, in order (of the last job after restarts)
+  std::vector<RestartDecision> restarts;     // the kill-restarts, in order
 };
 
 // Throws UsageError on an empty speed list or bad options (as the Session does).
