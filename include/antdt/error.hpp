@@ -33,6 +33,20 @@ class CheckpointError : public FileError {
   using FileError::FileError;
 };
 
+// A rank stalled: it did not reach the step's gradient reduction (or its control exchange)
+// within the step timeout (SessionOptions::step_timeout_seconds). Every live rank throws it, so
+// none waits forever. first_hand() is true on the rank that saw the stall itself (rank 0 names
+// the ranks that did not arrive; a rank that heard nothing from rank 0 names rank 0); false
+// on a rank that only heard of it from rank 0, which need not repeat the message.
+class StallError : public Error {
+ public:
+  StallError(const std::string& what, bool first_hand) : Error(what), first_hand_(first_hand) {}
+  [[nodiscard]] bool first_hand() const noexcept { return first_hand_; }
+
+ private:
+  bool first_hand_;
+};
+
 // A failed MPI call; code() is the MPI error code, what() carries MPI_Error_string.
 class MpiError : public Error {
  public:

@@ -66,6 +66,10 @@ struct SessionOptions {
   double device_prior = 0.0;  // this rank's relative speed prior (gpu_relative_throughput),
                               // 0 = unknown; seeds the first split before any measurement
   std::string node_name;      // this rank's node (LaunchInfo::node_name); "" = discover it
+  // Seconds rank 0 waits at a step's reduction for the other ranks before it names the ones
+  // that did not arrive and every rank throws StallError (docs/errors.md); 0: wait forever,
+  // inside the blocking collectives. Waiting ranks sleep between polls instead of spinning.
+  double step_timeout_seconds = 600.0;
 };
 
 // Called on rank 0 with each step's record and the plan in force, as the step ends (metrics
@@ -132,6 +136,13 @@ class Session {
   // The run ended with a kill-restart decision (policy nd, docs/nd.md): checkpoint (rank 0),
   // record the nodes to leave out, and exit with the "restart without these nodes" code.
   [[nodiscard]] bool restart_requested() const noexcept;
+  // Local, async-signal-safe: asks the run to stop after the current step (or the next one,
+  // between steps). The request rides in this rank's next end_step report; rank 0 then ends
+  // the run for every rank at that step, so finished() and stopped() turn true together on all
+  // of them. For a signal handler (SIGTERM before a time limit, preemption, Ctrl-C).
+  void request_stop() noexcept;
+  // The run ended because some rank called request_stop (same on all ranks).
+  [[nodiscard]] bool stopped() const noexcept;
   // Rank 0: the decision (its ranks, nodes and the numbers behind it); empty elsewhere.
   [[nodiscard]] std::optional<RestartDecision> restart_decision() const;
   // Rank 0 (no-op elsewhere): the measured cost of a restart of this job, checkpoint plus

@@ -38,6 +38,7 @@ struct Options {
   double virtual_device = 2e-4;
   std::string layers = "16,32,4";
   std::int64_t dataset = 1 << 16;
+  double step_timeout = SessionOptions{}.step_timeout_seconds;
 };
 
 double median(std::vector<double> v) {
@@ -85,6 +86,7 @@ RunResult run_session(const Options& o, const std::string& policy, const Emulati
   so.controller.min_interval = 10;
   so.emulation = emu;
   so.gradient_bytes = model->gradient_count() * 4;
+  so.step_timeout_seconds = o.step_timeout;
   Session s(MPI_COMM_WORLD, so);
   auto reducer = make_reducer(s.comm(), host);
   std::vector<float> x;
@@ -226,6 +228,10 @@ int main(int argc, char** argv) {
   app.add_option("--virtual-device", o.virtual_device, "Seconds per sample at speed 1 (efficiency/transient)")
       ->capture_default_str();
   app.add_option("--layers", o.layers, "MLP widths")->capture_default_str();
+  app.add_option("--step-timeout", o.step_timeout,
+                 "Seconds rank 0 waits at a reduction before it names a stalled rank (0: blocking collectives, "
+                 "no step gate)")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   const int rank = env.world_rank(), world = env.world_size();
   log::set_level(log::Level::warn);

@@ -193,6 +193,7 @@ protocol::StepReport Agent::report(double loss_sum, std::int64_t correct) {
   r.reduce_seconds = reduce_seconds_;
   r.loss_sum = loss_sum;
   r.micro_steps = micro_steps_;
+  r.stop = stop_asked_ != 0;
   return r;
 }
 
@@ -216,6 +217,7 @@ StepSummary Agent::apply(const protocol::StepReply& reply, std::shared_ptr<const
   committed_total_ = reply.committed_total;
   finished_ = reply.finished;
   restart_ = restart_ || reply.restart;
+  stopped_ = stopped_ || reply.stopped;
   deadline_ = reply.deadline_seconds;
   started_ = true;
   s.step = step_;

@@ -16,6 +16,7 @@
 // (chunk_done), until the pool is empty (docs/nd.md).
 #pragma once
 
+#include <csignal>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -87,6 +88,9 @@ class Agent {
   // returned); waits out the emulated slowdown of the chunk.
   void chunk_done(double measured = -1.0);
   void add_reduce_seconds(double seconds) { reduce_seconds_ += seconds; }
+  // Asks the run to stop after the current (or next) step: the next report carries it. Safe to
+  // call from a signal handler (one volatile sig_atomic_t store).
+  void request_stop() noexcept { stop_asked_ = 1; }
   // Closes the step's timing and says what the rank did. UsageError without begin().
   [[nodiscard]] protocol::StepReport report(double loss_sum, std::int64_t correct);
   // Takes this rank's reply (and the plan that came with it, when reply.plan_follows).
@@ -107,6 +111,8 @@ class Agent {
   [[nodiscard]] bool finished() const noexcept { return finished_; }
   // The run ended with a kill-restart decision (finished() is true then too).
   [[nodiscard]] bool restart_requested() const noexcept { return restart_; }
+  // The run ended because some rank asked to stop (finished() is true then too).
+  [[nodiscard]] bool stopped() const noexcept { return stopped_; }
   [[nodiscard]] const Plan& plan() const noexcept { return plans_.current(); }
   [[nodiscard]] const PlanSchedule& plans() const noexcept { return plans_; }
   [[nodiscard]] std::int64_t completed_epochs() const noexcept { return completed_epochs_; }
@@ -128,6 +134,8 @@ class Agent {
   bool started_ = false;
   bool finished_ = false;
   bool restart_ = false;
+  bool stopped_ = false;
+  volatile std::sig_atomic_t stop_asked_ = 0;  // written by request_stop, maybe in a signal handler
   std::int64_t completed_epochs_ = 0;
   std::int64_t committed_total_ = 0;
 

@@ -5,9 +5,11 @@
 #include <cstdint>
 #include <cstring>
 #include <exception>
+#include <limits>
 #include <string>
 
 #include "antdt/error.hpp"
+#include "core/step_gate.hpp"
 
 namespace antdt::detail {
 
@@ -57,7 +59,10 @@ ControlChannel::Received ControlChannel::exchange(std::span<const std::byte> rep
   const auto size = static_cast<std::size_t>(comm_->size());
   const int n = as_count(report.size());
   if (comm_->is_root()) gathered_.resize(report.size() * size);
-  ANTDT_CHECK_MPI(MPI_Gather(report.data(), n, MPI_BYTE, gathered_.data(), n, MPI_BYTE, 0, comm_->get()));
+  const double until = deadline();
+  MPI_Request q = MPI_REQUEST_NULL;
+  ANTDT_CHECK_MPI(MPI_Igather(report.data(), n, MPI_BYTE, gathered_.data(), n, MPI_BYTE, 0, comm_->get(), &q));
+  finish(q, until, "gathering the step reports");
 
   Replies replies;
   std::exception_ptr root_error;
@@ -89,8 +94,9 @@ ControlChannel::Received ControlChannel::exchange(std::span<const std::byte> rep
     }
   }
   std::vector<std::byte> mine_slot(kSlotBytes);
-  ANTDT_CHECK_MPI(MPI_Scatter(slots_.data(), static_cast<int>(kSlotBytes), MPI_BYTE, mine_slot.data(),
-                              static_cast<int>(kSlotBytes), MPI_BYTE, 0, comm_->get()));
+  ANTDT_CHECK_MPI(MPI_Iscatter(slots_.data(), static_cast<int>(kSlotBytes), MPI_BYTE, mine_slot.data(),
+                               static_cast<int>(kSlotBytes), MPI_BYTE, 0, comm_->get(), &q));
+  finish(q, comm_->is_root() ? deadline() : until, "scattering the step replies");
   const SlotHeader head = get_header(mine_slot.data());
   Received out;
   out.mine.resize(head.my_length);
@@ -98,7 +104,8 @@ ControlChannel::Received ControlChannel::exchange(std::span<const std::byte> rep
   if (head.overflow != 0) scatter_overflow(replies, head.my_length, out);
   if (head.shared_length > 0) {
     out.shared = comm_->is_root() ? std::move(replies.shared) : std::vector<std::byte>(head.shared_length);
-    ANTDT_CHECK_MPI(MPI_Bcast(out.shared.data(), as_count(head.shared_length), MPI_BYTE, 0, comm_->get()));
+    ANTDT_CHECK_MPI(MPI_Ibcast(out.shared.data(), as_count(head.shared_length), MPI_BYTE, 0, comm_->get(), &q));
+    finish(q, deadline(), "broadcasting the new plan");
   }
   last_sent_ = report.size();
   last_received_ = kSlotBytes + (head.my_length > kInline ? head.my_length - kInline : 0) + head.shared_length;
@@ -129,8 +136,28 @@ void ControlChannel::scatter_overflow(const Replies& replies, std::size_t my_len
     }
   }
   const int mine = as_count(my_length > kInline ? my_length - kInline : 0);
-  ANTDT_CHECK_MPI(MPI_Scatterv(rest.data(), counts.data(), displs.data(), MPI_BYTE,
-                               mine > 0 ? out.mine.data() + kInline : nullptr, mine, MPI_BYTE, 0, comm_->get()));
+  MPI_Request q = MPI_REQUEST_NULL;
+  ANTDT_CHECK_MPI(MPI_Iscatterv(rest.data(), counts.data(), displs.data(), MPI_BYTE,
+                                mine > 0 ? out.mine.data() + kInline : nullptr, mine, MPI_BYTE, 0, comm_->get(), &q));
+  finish(q, deadline(), "scattering the long step replies");
+}
+
+// Rank 0 waits the timeout; the others a grace longer, so that rank 0 speaks first.
+double ControlChannel::deadline() const {
+  if (timeout_ <= 0.0) return std::numeric_limits<double>::infinity();
+  return steady_seconds() + timeout_ + (comm_->is_root() ? 0.0 : grace_seconds(timeout_));
+}
+
+void ControlChannel::finish(MPI_Request& request, double deadline, const char* what) const {
+  if (timeout_ <= 0.0) {
+    ANTDT_CHECK_MPI(MPI_Wait(&request, MPI_STATUS_IGNORE));
+    return;
+  }
+  if (!wait_all(std::span<MPI_Request>(&request, 1), deadline)) {
+    throw StallError(std::string("rank ") + std::to_string(comm_->rank()) + ": the step's control exchange (" + what +
+                         ") did not complete within the step timeout: a rank stalled",
+                     true);
+  }
 }
 
 }  // namespace antdt::detail

@@ -8,7 +8,9 @@
 // an MPI_Bcast carry it. So what a rank receives per step does not grow with the number of
 // ranks; the root's gather and scatter are the only O(ranks) parts.
 //
-// If `decide` throws on the root, every rank throws (the error is the reply), none hangs.
+// If `decide` throws on the root, every rank throws (the error is the reply), none hangs. With a
+// timeout set, no rank waits in an exchange longer than that (StallError; rank 0 at the
+// timeout, the others a grace later) and a waiting rank sleeps between polls (step_gate.hpp).
 #pragma once
 
 #include <cstddef>
@@ -42,18 +44,24 @@ class ControlChannel {
   // `decide` runs on the root only.
   Received exchange(std::span<const std::byte> report, const Decide& decide);
 
+  // Seconds any one exchange may wait for the other ranks; 0: no limit (blocking collectives).
+  void set_timeout(double seconds) noexcept { timeout_ = seconds; }
+
   // Bytes this rank received, and sent, in the last exchange (the control-traffic figures).
   [[nodiscard]] std::size_t last_received_bytes() const noexcept { return last_received_; }
   [[nodiscard]] std::size_t last_sent_bytes() const noexcept { return last_sent_; }
 
  private:
   void scatter_overflow(const Replies& replies, std::size_t my_length, Received& out);
+  void finish(MPI_Request& request, double deadline, const char* what) const;
+  [[nodiscard]] double deadline() const;
 
   const Communicator* comm_;
   std::vector<std::byte> gathered_;
   std::vector<std::byte> slots_;
   std::size_t last_received_ = 0;
   std::size_t last_sent_ = 0;
+  double timeout_ = 0.0;
 };
 
 }  // namespace antdt::detail

@@ -208,7 +208,16 @@ StepDecision StepCoordinator::decide(std::span<const StepReport> reports) {
     totals.restart = true;
     ANTDT_LOG(warn) << "step " << step_ << ": " << restart_->reason;
   }
-  finished_ = restart_.has_value() || reached_end_after(step_ + 1);
+  std::string asked;
+  for (std::size_t r = 0; r < reports.size(); ++r)
+    if (reports[r].stop) asked += (asked.empty() ? "" : ",") + std::to_string(r);
+  if (!asked.empty()) {  // a signal (time limit, preemption, Ctrl-C): end with this step
+    stopped_ = true;
+    totals.stopped = true;
+    ANTDT_LOG(warn) << "step " << step_ << ": rank" << (asked.find(',') == std::string::npos ? " " : "s ") << asked
+                    << " asked to stop (a signal): the run ends after this step";
+  }
+  finished_ = restart_.has_value() || stopped_ || reached_end_after(step_ + 1);
   grant_into(d);
   if (options_.pool.pooled) totals.deadline_seconds = pooled_deadline();
   totals.ends_step = true;
@@ -247,7 +256,7 @@ ResumeState StepCoordinator::resume_state() const {
   s.shard_size = order.shard_size;
   s.shuffle_shards = order.shuffle_shards;
   s.shuffle_within_shard = order.shuffle_within_shard;
-  s.finished = finished_;
+  s.finished = reached_end_after(step_);  // a stop or restart ends this run, not the resumed one
   return s;
 }
 

@@ -92,6 +92,8 @@ class StepCoordinator {
   [[nodiscard]] bool finished() const noexcept { return finished_; }
   // The kill-restart this run ended with, if it did (the decision's ranks and nodes).
   [[nodiscard]] const std::optional<RestartDecision>& restart() const noexcept { return restart_; }
+  // Some rank asked the run to stop (StepReport::stop, a signal): it ended after that step.
+  [[nodiscard]] bool stopped() const noexcept { return stopped_; }
   // The measured cost of a restart (checkpoint + relaunch), for the Controller to weigh; 0 until
   // something has been measured.
   void set_restart_seconds(double seconds) noexcept { restart_seconds_ = seconds; }
@@ -123,6 +125,7 @@ class StepCoordinator {
   std::int64_t step_ = 0;
   std::int64_t committed_total_ = 0;
   bool finished_ = false;
+  bool stopped_ = false;
   std::function<double()> clock_;
   double dds_seconds_ = 0.0;
   double controller_seconds_ = 0.0;

@@ -20,7 +20,7 @@
 namespace antdt::protocol {
 
 struct StepReport {
-  static constexpr std::uint8_t kVersion = 1;
+  static constexpr std::uint8_t kVersion = 2;  // 2: stop
 
   std::int64_t step = 0;          // the step it reports; must be rank 0's
   std::int64_t plan_version = 0;  // the plan it ran under; must be rank 0's plan in force
@@ -31,11 +31,12 @@ struct StepReport {
   double reduce_seconds = 0.0;
   double loss_sum = 0.0;
   std::int32_t micro_steps = 0;
+  bool stop = false;  // this rank was asked to stop (a signal): the run should end after this step
 
   template <class Self, class F>
   static void fields(Self& m, F&& f) {
     f(m.step), f(m.plan_version), f(m.consumed), f(m.correct), f(m.compute_seconds), f(m.data_wait_seconds),
-        f(m.reduce_seconds), f(m.loss_sum), f(m.micro_steps);
+        f(m.reduce_seconds), f(m.loss_sum), f(m.micro_steps), f(m.stop);
   }
 };
 
@@ -43,7 +44,7 @@ struct StepReport {
 enum class ReplyStatus : std::uint8_t { ok = 0, usage_error = 1, error = 2 };
 
 struct StepReply {
-  static constexpr std::uint8_t kVersion = 3;  // 2: restart; 3: deadline
+  static constexpr std::uint8_t kVersion = 4;  // 2: restart; 3: deadline; 4: stopped
 
   ReplyStatus status = ReplyStatus::ok;
   std::string error;          // one line, when status != ok
@@ -51,6 +52,7 @@ struct StepReply {
   bool finished = false;      // no step follows (max_steps reached or every epoch committed)
   bool plan_follows = false;  // a new plan comes with this reply (effective at its effective_step)
   bool restart = false;       // kill-restart: no step follows; checkpoint, then exit for resubmission
+  bool stopped = false;       // some rank asked to stop: no step follows; checkpoint, then exit
   // Pooled steps by deadline (PoolMechanism::deadline): the compute-seconds each rank may spend
   // on the next step's chunks; 0: none yet (each rank does its share).
   double deadline_seconds = 0.0;
@@ -65,8 +67,8 @@ struct StepReply {
 
   template <class Self, class F>
   static void fields(Self& m, F&& f) {
-    f(m.status), f(m.error), f(m.ends_step), f(m.finished), f(m.plan_follows), f(m.restart), f(m.deadline_seconds),
-        f(m.completed_epochs), f(m.committed_total), f(m.samples), f(m.correct), f(m.loss_sum),
+    f(m.status), f(m.error), f(m.ends_step), f(m.finished), f(m.plan_follows), f(m.restart), f(m.stopped),
+        f(m.deadline_seconds), f(m.completed_epochs), f(m.committed_total), f(m.samples), f(m.correct), f(m.loss_sum),
         f(m.max_compute_seconds), f(m.grants);
   }
 };

@@ -23,6 +23,7 @@
 #include "core/control_channel.hpp"
 #include "core/plan_codec.hpp"
 #include "core/rma_pool.hpp"
+#include "core/step_gate.hpp"
 #include "protocol/step_coordinator.hpp"
 #include "session/run_recorder.hpp"
 #include "session/session_setup.hpp"
@@ -64,6 +65,7 @@ struct Session::Impl {
   agent::SteadyClock clock;
   agent::Agent agent;
   std::unique_ptr<detail::RmaStepPool> pool;               // pooled steps only
+  std::unique_ptr<detail::StepGate> gate;                  // a step timeout: the arrival check
   std::unique_ptr<protocol::StepCoordinator> coordinator;  // rank 0 only
   std::vector<Plan> history;                               // rank 0: the plans of this run; others: the plans applied
   detail::RunRecorder recorder;                            // rank 0
@@ -82,7 +84,18 @@ struct Session::Impl {
         agent(comm.rank(), comm.size(), ledger, opt.emulation, clock, node, coordinator_opt.pool),
         pool(coordinator_opt.pool.pooled && coordinator_opt.pool.mechanism == PoolMechanism::counter
                  ? std::make_unique<detail::RmaStepPool>(comm)
-                 : nullptr) {}
+                 : nullptr),
+        gate(opt.step_timeout_seconds > 0.0 ? std::make_unique<detail::StepGate>(comm, opt.step_timeout_seconds,
+                                                                                 [this](int r) { return rank_name(r); })
+                                            : nullptr) {
+    channel.set_timeout(opt.step_timeout_seconds);
+  }
+
+  // "rank 3 (node n2)": rank 0 knows every node.
+  [[nodiscard]] std::string rank_name(int r) const {
+    const auto i = static_cast<std::size_t>(r);
+    return "rank " + std::to_string(r) + (i < nodes.size() ? " (node " + nodes[i] + ")" : std::string());
+  }
 
   // A pooled job's claims go to rank 0's counter only where MPI's atomics work well: one node.
   static protocol::StepCoordinatorOptions resolved(protocol::StepCoordinatorOptions c, const Communicator& comm) {
@@ -109,6 +122,7 @@ struct Session::Impl {
   void timed_reduction(F&& reduce) {
     agent.mark_compute_done();
     const double t0 = seconds_now();
+    if (gate) gate->pass(agent.step());  // every rank is here before anyone enters the reduction
     reduce();
     agent.add_reduce_seconds(seconds_now() - t0);
   }
@@ -269,6 +283,8 @@ StepSummary Session::end_step(double loss_sum, std::int64_t correct) {
 
 bool Session::finished() const noexcept { return impl_->agent.finished(); }
 bool Session::restart_requested() const noexcept { return impl_->agent.restart_requested(); }
+void Session::request_stop() noexcept { impl_->agent.request_stop(); }
+bool Session::stopped() const noexcept { return impl_->agent.stopped(); }
 
 std::optional<RestartDecision> Session::restart_decision() const {
   return impl_->coordinator ? impl_->coordinator->restart() : std::nullopt;

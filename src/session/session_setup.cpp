@@ -13,6 +13,8 @@ void validate_session_options(const SessionOptions& o, int world) {
   if (o.global_batch < 1) throw UsageError("Session: global_batch must be at least 1");
   if (o.micro_batch_cap < 0) throw UsageError("Session: micro_batch_cap must be >= 0 (0 = no cap)");
   if (o.prefetch_steps < 1) throw UsageError("Session: prefetch_steps must be at least 1");
+  if (!(o.step_timeout_seconds >= 0.0) || o.step_timeout_seconds > 1e9)
+    throw UsageError("Session: step_timeout_seconds must be 0 (none) or positive seconds");
   if (o.max_epochs < 0 || o.max_steps < 0) throw UsageError("Session: max_epochs and max_steps must be >= 0");
   if (o.max_epochs == 0 && o.max_steps == 0) {
     throw UsageError("Session: set max_steps or max_epochs (both 0 would train forever)");

@@ -165,6 +165,7 @@ void wire_seeds() {
   report.plan_version = 2;
   report.consumed = 12;
   report.compute_seconds = 0.01;
+  report.stop = true;
   antdt::detail::ByteWriter r;
   antdt::protocol::encode(report, r);
   write("wire", "step-report", bytes_of({2}), r.take());

@@ -190,6 +190,25 @@ TEST(StepProtocol, EachRankGetsOnlyItsOwnGrantsInAReplyWhoseSizeDoesNotGrowWithT
   EXPECT_EQ(common.front(), common.back()) << "the common part at 512 ranks is as large as at 1";
 }
 
+TEST(StepProtocol, AStopAskedByOneRankEndsTheRunForAllAtThatStepAndAResumeGoesOn) {
+  Job job({1, 1, 0.33}, 500, 30, 0, "dd");
+  for (int s = 0; s < 3; ++s) job.apply(job.step());
+  job.agents[2].request_stop();  // a signal reached rank 2 during step 3
+  const StepDecision d = job.step();
+  ASSERT_EQ(d.reply.status, ReplyStatus::ok) << d.reply.error;
+  EXPECT_TRUE(d.reply.stopped);
+  EXPECT_TRUE(d.reply.finished);
+  EXPECT_FALSE(d.reply.restart);
+  job.apply(d);
+  for (const auto& a : job.agents) {
+    EXPECT_TRUE(a.finished() && a.stopped()) << "rank " << a.rank();
+    EXPECT_EQ(a.step(), 4);
+    EXPECT_EQ(a.committed_total(), 4 * 30) << "the stopped step's samples are committed";
+  }
+  EXPECT_TRUE(job.coordinator->stopped());
+  EXPECT_EQ(job.coordinator->resume_state().finished, false) << "a stop is not the end of the run: it resumes";
+}
+
 TEST(StepProtocol, AgentMisuseIsAUsageError) {
   Job job({1}, 20, 4, 1, "static");
   auto& a = job.agents[0];

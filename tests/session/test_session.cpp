@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <ctime>
 #include <filesystem>
 #include <map>
 #include <numeric>
@@ -490,4 +491,83 @@ TEST(Session, LastEpochEndsWithoutALongTailOnTheSlowRank) {
   }
   expect_exactly_once(s, n, 2);
   EXPECT_LE(steps, ceil_div(2 * n, batch) + 3) << "steps beyond the full-batch minimum are the epoch-end tail";
+}
+
+TEST(Session, AStopAskedOnOneRankEndsTheRunOnEveryRankAtThatStep) {
+  // A signal reaches one rank (say the last): it asks to stop during step 3, and every rank's
+  // run ends after step 3 with stopped() true, none after a later step.
+  const int p = world_size();
+  auto opt = dd_options(4000, 64, 50);
+  Session s(MPI_COMM_WORLD, opt);
+  std::vector<float> g(3, 1.0f);
+  while (!s.finished()) {
+    StepWork w = s.begin_step();
+    if (s.step() == 3 && s.rank() == p - 1) s.request_stop();
+    (void)s.reduce(g, static_cast<std::int64_t>(w.samples.size()));
+    s.end_step();
+  }
+  EXPECT_TRUE(s.stopped());
+  EXPECT_FALSE(s.restart_requested());
+  EXPECT_EQ(s.step(), 4) << "the run ends after the step in which the stop was asked";
+  EXPECT_EQ(s.samples_committed(), 4 * 64) << "the stopped step's samples are committed: nothing lost";
+}
+
+TEST(Session, AStalledRankIsNamedAndEveryRankThrowsWithinTheTimeout) {
+  // The last rank stalls before step 2's reduction for longer than the step timeout. Rank 0
+  // names it; the others (and the stalled one, when it comes back) throw StallError too, so no
+  // rank waits forever in the reduction.
+  const int p = world_size();
+  if (p < 2) GTEST_SKIP() << "needs a rank to stall";
+  auto opt = dd_options(4000, 64, 10);
+  opt.step_timeout_seconds = 1.0;
+  Session s(MPI_COMM_WORLD, opt);
+  std::vector<float> g(3, 1.0f);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::int64_t stalled_at = -1;
+  bool first_hand = false;
+  std::string what;
+  try {
+    while (!s.finished()) {
+      StepWork w = s.begin_step();
+      if (s.step() == 2 && s.rank() == p - 1) std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+      (void)s.reduce(g, static_cast<std::int64_t>(w.samples.size()));
+      s.end_step();
+    }
+  } catch (const StallError& e) {
+    stalled_at = s.step();
+    first_hand = e.first_hand();
+    what = e.what();
+  }
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(stalled_at, 2) << "every rank stops at the stalled step";
+  if (s.rank() == 0) {
+    EXPECT_TRUE(first_hand);
+    EXPECT_NE(what.find("rank " + std::to_string(p - 1)), std::string::npos) << what;
+    EXPECT_NE(what.find("step 2"), std::string::npos) << what;
+    EXPECT_LT(waited, 2.4) << "rank 0 stops at the timeout, not when the stalled rank returns";
+  } else {
+    EXPECT_FALSE(first_hand) << "only rank 0 saw the stall; the others heard of it: " << what;
+  }
+}
+
+TEST(Session, ARankThatWaitsAtTheGateSleepsInsteadOfSpinning) {
+  // Rank 0 is slow by 1 s before its reduction; the others wait for it at the step gate. Their
+  // CPU time over that wait stays a small part of it (a blocking collective would spin all of it).
+  const int p = world_size();
+  if (p < 2) GTEST_SKIP() << "needs a rank to wait for";
+  auto opt = dd_options(4000, 64, 1);
+  Session s(MPI_COMM_WORLD, opt);
+  std::vector<float> g(3, 1.0f);
+  StepWork w = s.begin_step();
+  if (s.rank() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  const std::clock_t cpu0 = std::clock();
+  const auto t0 = std::chrono::steady_clock::now();
+  (void)s.reduce(g, static_cast<std::int64_t>(w.samples.size()));
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double cpu = static_cast<double>(std::clock() - cpu0) / CLOCKS_PER_SEC;
+  s.end_step();
+  if (s.rank() != 0) {
+    EXPECT_GT(wall, 0.5) << "this rank did wait for rank 0";
+    EXPECT_LT(cpu, 0.25 * wall) << "a waiting rank idles: " << cpu << " s of CPU in " << wall << " s";
+  }
 }

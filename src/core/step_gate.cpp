@@ -1,0 +1,125 @@
+#include "core/step_gate.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <thread>
+
+#include "antdt/error.hpp"
+
+namespace antdt::detail {
+
+namespace {
+
+constexpr int kArrivalTag = 7301;
+constexpr double kSpinSeconds = 20e-3;
+constexpr double kMinSleep = 100e-6, kMaxSleep = 1e-3, kSleepFraction = 0.05;
+constexpr std::size_t kNamedAtMost = 8;
+
+std::string seconds_text(double s) {
+  std::string t = std::to_string(s);
+  t.erase(t.find_last_not_of('0') + 1);
+  if (!t.empty() && t.back() == '.') t.pop_back();
+  return t;
+}
+
+}  // namespace
+
+double steady_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+bool wait_all(std::span<MPI_Request> requests, double deadline) {
+  const double start = steady_seconds();
+  for (;;) {
+    int done = 0;
+    ANTDT_CHECK_MPI(MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done, MPI_STATUSES_IGNORE));
+    if (done != 0) return true;
+    const double now = steady_seconds();
+    if (now >= deadline) return false;
+    const double waited = now - start;
+    if (waited < kSpinSeconds) continue;
+    const double nap = std::min({std::max(kMinSleep, kSleepFraction * waited), kMaxSleep, deadline - now});
+    std::this_thread::sleep_for(std::chrono::duration<double>(nap));
+  }
+}
+
+double grace_seconds(double timeout) { return std::max(5.0, 0.1 * timeout); }
+
+StepGate::StepGate(const Communicator& comm, double timeout_seconds, NameRank name)
+    : comm_(Communicator::duplicate(comm.get())), timeout_(timeout_seconds), name_(std::move(name)) {
+  if (!(timeout_ > 0.0)) throw UsageError("step timeout must be positive seconds");
+  if (comm_.is_root()) arrivals_.resize(static_cast<std::size_t>(comm_.size()));
+}
+
+void StepGate::pass(std::int64_t step) {
+  if (comm_.size() == 1) return;
+  if (comm_.is_root()) {
+    pass_root(step);
+  } else {
+    pass_other(step);
+  }
+}
+
+void StepGate::pass_root(std::int64_t step) {
+  const int size = comm_.size();
+  requests_.assign(static_cast<std::size_t>(size - 1), MPI_REQUEST_NULL);
+  for (int r = 1; r < size; ++r) {
+    ANTDT_CHECK_MPI(MPI_Irecv(&arrivals_[static_cast<std::size_t>(r)], 1, MPI_INT64_T, r, kArrivalTag, comm_.get(),
+                              &requests_[static_cast<std::size_t>(r - 1)]));
+  }
+  const bool all = wait_all(requests_, steady_seconds() + timeout_);
+  std::vector<int> missing;
+  if (!all) {
+    for (int r = 1; r < size; ++r) {
+      MPI_Request& q = requests_[static_cast<std::size_t>(r - 1)];
+      int done = 0;
+      ANTDT_CHECK_MPI(MPI_Test(&q, &done, MPI_STATUS_IGNORE));
+      if (done == 0) {
+        missing.push_back(r);
+        MPI_Cancel(&q);
+        MPI_Request_free(&q);
+      }
+    }
+  }
+  go_ = missing.empty() ? 1 : 0;
+  MPI_Request word = MPI_REQUEST_NULL;
+  ANTDT_CHECK_MPI(MPI_Ibcast(&go_, 1, MPI_INT64_T, 0, comm_.get(), &word));
+  // Rank 0's own part of the broadcast needs nobody; a stalled rank in its tree can hold it, so
+  // give it a moment and go on.
+  const bool told = wait_all(std::span<MPI_Request>(&word, 1), steady_seconds() + (missing.empty() ? timeout_ : 1.0));
+  if (missing.empty()) {
+    if (!told)
+      throw StallError("step " + std::to_string(step) + ": the step gate's word did not go out within " +
+                           seconds_text(timeout_) + " s (--step-timeout)",
+                       true);
+    return;
+  }
+  std::string who;
+  for (std::size_t i = 0; i < std::min(missing.size(), kNamedAtMost); ++i)
+    who += (i == 0 ? "" : ", ") + name_(missing[i]);
+  if (missing.size() > kNamedAtMost) who += " and " + std::to_string(missing.size() - kNamedAtMost) + " more";
+  throw StallError("step " + std::to_string(step) + ": " + who + (missing.size() == 1 ? " has" : " have") +
+                       " not reached the gradient reduction " + seconds_text(timeout_) +
+                       " s after rank 0 (--step-timeout): stopped, hung or swapping; stopping every rank",
+                   true);
+}
+
+void StepGate::pass_other(std::int64_t step) {
+  arrival_ = step;
+  requests_.assign(2, MPI_REQUEST_NULL);
+  ANTDT_CHECK_MPI(MPI_Isend(&arrival_, 1, MPI_INT64_T, 0, kArrivalTag, comm_.get(), &requests_[0]));
+  ANTDT_CHECK_MPI(MPI_Ibcast(&go_, 1, MPI_INT64_T, 0, comm_.get(), &requests_[1]));
+  const double limit = timeout_ + grace_seconds(timeout_);
+  if (!wait_all(requests_, steady_seconds() + limit)) {
+    throw StallError("step " + std::to_string(step) + ": no word from " + name_(0) + " at the gradient reduction in " +
+                         seconds_text(limit) + " s (--step-timeout " + seconds_text(timeout_) +
+                         " plus grace): rank 0, or a rank it waits for, stalled",
+                     true);
+  }
+  if (go_ == 0)
+    throw StallError("step " + std::to_string(step) + ": rank 0 found a stalled rank and stopped the step", false);
+}
+
+}  // namespace antdt::detail
