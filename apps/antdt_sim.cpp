@@ -94,7 +94,8 @@ std::string json_policy(const antdt::sim::SimResult& r) {
     << ", \"prediction_error_mean\": " << r.prediction_error_mean
     << ", \"decision_seconds_median\": " << r.decision_seconds_median
     << ", \"decision_seconds_max\": " << r.decision_seconds_max
-    << ", \"controller_seconds_median\": " << r.controller_seconds_median << ", \"report_bytes\": " << r.report_bytes
+    << ", \"controller_seconds_median\": " << r.controller_seconds_median
+    << ", \"dds_seconds_median\": " << r.dds_seconds_median << ", \"report_bytes\": " << r.report_bytes
     << ", \"reply_bytes_typical\": " << r.reply_bytes_typical << ", \"reply_bytes_max\": " << r.reply_bytes_max
     << ", \"gather_bytes_at_rank0\": " << r.gather_bytes << ", \"control_seconds_median\": " << r.control_seconds_median
     << ", \"allreduce_seconds\": " << r.allreduce_seconds << ", \"duplicated_samples\": " << r.duplicated
@@ -303,16 +304,16 @@ int run(int argc, char** argv) {
   std::cout << std::left << std::setw(8) << "policy" << std::right << std::setw(13) << "samples/s" << std::setw(13)
             << "ideal" << std::setw(8) << "eff" << std::setw(9) << "settled" << std::setw(7) << "idle" << std::setw(8)
             << "plans" << std::setw(9) << "pred_err" << std::setw(11) << "decide_ms" << std::setw(8) << "max_ms"
-            << std::setw(8) << "ctl_ms" << std::setw(9) << "reply_B" << std::setw(6) << "dup" << std::setw(6)
-            << "miss\n";
+            << std::setw(8) << "ctl_ms" << std::setw(8) << "dds_ms" << std::setw(9) << "reply_B" << std::setw(6)
+            << "dup" << std::setw(6) << "miss\n";
   for (const auto& r : results) {
     std::cout << std::left << std::setw(8) << r.policy << std::right << std::fixed << std::setprecision(1)
               << std::setw(13) << r.throughput << std::setw(13) << r.ideal_throughput << std::setprecision(3)
               << std::setw(8) << r.efficiency << std::setw(9) << r.settled_efficiency << std::setw(7) << r.idle_fraction
               << std::setw(8) << r.plan_changes << std::setw(9) << r.prediction_error_median << std::setw(11)
               << 1e3 * r.decision_seconds_median << std::setw(8) << 1e3 * r.decision_seconds_max << std::setw(8)
-              << 1e3 * r.controller_seconds_median << std::setw(9) << r.reply_bytes_typical << std::setw(6)
-              << r.duplicated << std::setw(6) << r.missing << "\n";
+              << 1e3 * r.controller_seconds_median << std::setw(8) << 1e3 * r.dds_seconds_median << std::setw(9)
+              << r.reply_bytes_typical << std::setw(6) << r.duplicated << std::setw(6) << r.missing << "\n";
   }
   std::cout.unsetf(std::ios::floatfield);
   std::cout << "simulated time to the end:";

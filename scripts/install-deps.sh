@@ -14,6 +14,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   slurm-wlm munge
   python3 clang-format
+  python3-matplotlib  # the plots of perf/studies
 )
 
 missing=()

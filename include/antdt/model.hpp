@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "antdt/device.hpp"
+#include "antdt/sample_count.hpp"
 
 namespace antdt {
 
@@ -75,12 +76,17 @@ struct BatchResult {
 // A model whose gradients antdt reduces. All pointers given to it are HOST pointers:
 // features are row-major [n][input_dim] floats, labels are class indices in [0, num_classes).
 //
-// Gradient buffer layout: gradient_count() = parameter_count() + 1 floats: the gradient SUMS
-// over every sample accumulated since zero_gradients(), then ONE slot with the number of
-// samples accumulated (exact in fp32 up to 2^24 samples per step). On CUDA the buffer is
-// device memory; on the host it is host memory. The reducer sums it across ranks in place;
-// apply_update() then divides by the summed count B (no-op when B == 0, the step counter
-// included) and runs the optimizer. apply_update does not clear the buffer.
+// Gradient buffer layout: gradient_count() = parameter_count() + kSampleCountSlots floats:
+// the gradient SUMS over every sample accumulated since zero_gradients(), then the number of
+// samples accumulated, in kSampleCountSlots (11) slots as base-16 digits
+// (antdt/sample_count.hpp: encode_sample_count, decode_sample_count, add_sample_count). The
+// reducer sums the whole buffer across ranks in place, one collective, and the digit slots keep
+// the summed count exact for any count below 2^63 on up to 1,118,481 ranks (a single float slot
+// was exact only to 2^24 = 16.7M samples per step). apply_update() then divides by the decoded
+// count B (no-op when B == 0, the step counter included) and runs the optimizer. apply_update
+// does not clear the buffer. On CUDA the buffer is device memory; on the host, host memory. A
+// model of your own writes its count with encode_sample_count (or add_sample_count per
+// micro-batch) after zeroing, and reads B with decode_sample_count after the reduction.
 //
 // Parameter layout (parameters(), the gradient buffer, each optimizer-state block): for each
 // layer l in order, W_l row-major [out_l][in_l], then b_l [out_l].
@@ -101,8 +107,8 @@ class Model {
   virtual BatchResult accumulate_overlapped(const float* features, const std::int32_t* labels, std::int64_t n,
                                             GradientListener& listener);
   // The buckets in the order a backward pass finishes them: disjoint, together the whole
-  // buffer (count slot included). Default: one bucket, the whole buffer. The MLP: one per
-  // layer, last layer first, the count slot with it.
+  // buffer (count slots included). Default: one bucket, the whole buffer. The MLP: one per
+  // layer, last layer first, the count slots with it.
   [[nodiscard]] virtual std::vector<GradientBucket> gradient_buckets() const;
   // Forward only; touches no gradient.
   virtual BatchResult evaluate(const float* features, const std::int32_t* labels, std::int64_t n) = 0;
@@ -160,7 +166,7 @@ void save_model_state(CheckpointWriter& writer, const Model& model);
 // size, say), every rank throws CheckpointError; rank 0's names the file and the entry.
 void restore_model_state(const CheckpointReader* reader, Model& model, const Communicator& comm);
 
-// A host copy of the whole gradient buffer (sums + count slot), wherever it lives. Synchronises.
+// A host copy of the whole gradient buffer (sums + count slots), wherever it lives. Synchronises.
 [[nodiscard]] std::vector<float> gradient_snapshot(Model& model);
 
 }  // namespace antdt

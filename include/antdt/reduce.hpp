@@ -1,6 +1,7 @@
-// Exact weighted gradient reduction. Each rank's Model buffer holds gradient SUMS plus one
-// sample-count slot (include/antdt/model.hpp); summing the whole buffer across ranks gives the
-// global sums and the global count B in one collective, so apply_update() can divide by B
+// Exact weighted gradient reduction. Each rank's Model buffer holds gradient SUMS plus the
+// sample count in kSampleCountSlots digit slots (include/antdt/model.hpp, sample_count.hpp);
+// summing the whole buffer across ranks gives the global sums and the exact global count B in
+// one collective, so apply_update() can divide by B
 // and the update is (1/B) * sum over all used samples, whatever the split (a rank with zero
 // samples joins with zeros).
 #pragma once

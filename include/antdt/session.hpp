@@ -115,16 +115,18 @@ class Session {
   void chunk_done(double measured_seconds = -1.0);
 
   // Collective, the fused fast path of the built-in model: sums `buffer` (count floats,
-  // host or device memory matching `reducer`) over ranks in place. Its LAST element carries
-  // the sample count, so after the call it holds B and the caller divides (antdt::Model's
-  // apply_update does). One reduction carries gradients and count together.
+  // host or device memory matching `reducer`) over ranks in place. Its LAST kSampleCountSlots
+  // elements carry the sample count as digits (antdt/sample_count.hpp), so after the call they
+  // hold B, exactly, and the caller divides (antdt::Model's apply_update does). One reduction
+  // carries gradients and count together.
   void reduce_sums(float* buffer, std::int64_t count, GradientReducer& reducer);
   // Collective: the same for a reduction begun during the compute
   // (GradientReducer::begin_overlapped, fed by Model::accumulate_overlapped); finishes it. The
   // step's reduce time is what is left to wait for here.
   void reduce_sums(OverlappedReduction& reduction);
-  // Collective convenience for host buffers without a count slot: sums `gradient_sums` over
-  // ranks and divides by the global sample count, which it returns.
+  // Collective convenience for host buffers without count slots: sums `gradient_sums` over
+  // ranks and divides by the global sample count (local_samples >= 0 on every rank; exact at
+  // any count: it rides in digit slots of the same all-reduce), which it returns.
   std::int64_t reduce(std::span<float> gradient_sums, std::int64_t local_samples);
 
   // Collective. Reports stats, commits this step's samples, receives the next plan and grants.

@@ -35,7 +35,7 @@ class CudaMlp final : public Model {
     ANTDT_CHECK_CUBLAS(cublasSetStream(cublas_.get(), stream_.get()));
     const auto pcount = static_cast<std::size_t>(layout_.parameter_count);
     parameters_.resize(pcount);
-    gradients_.resize(pcount + 1);
+    gradients_.resize(pcount + kSampleCountSlots);
     state_.resize(std::max<std::size_t>(
         1, static_cast<std::size_t>(optimizer_state_size(config.optimizer, layout_.parameter_count))));
     totals_.resize(1);
@@ -76,7 +76,7 @@ class CudaMlp final : public Model {
   [[nodiscard]] std::vector<GradientBucket> gradient_buckets() const override { return buckets_; }
 
   [[nodiscard]] float* gradient_buffer() override { return gradients_.data(); }
-  [[nodiscard]] std::int64_t gradient_count() const override { return layout_.parameter_count + 1; }
+  [[nodiscard]] std::int64_t gradient_count() const override { return layout_.parameter_count + kSampleCountSlots; }
 
   // No host round trip: prepare_update reads the reduced count and Adam's t on the device, and
   // the optimizer kernel follows it on the same stream, right behind the reduction.
@@ -138,7 +138,9 @@ class CudaMlp final : public Model {
     // Parameters, gradients (+count), optimizer state, plus the cuBLAS/CUDA context
     // workspace, which cudaMemGetInfo at startup does not yet see (an estimate).
     constexpr std::int64_t kWorkspace = std::int64_t{64} << 20;
-    return static_cast<std::int64_t>(sizeof(float)) * (2 * layout_.parameter_count + 1 + state_floats()) + kWorkspace;
+    return static_cast<std::int64_t>(sizeof(float)) *
+               (2 * layout_.parameter_count + kSampleCountSlots + state_floats()) +
+           kWorkspace;
   }
 
  private:
@@ -209,8 +211,8 @@ class CudaMlp final : public Model {
     ANTDT_CHECK_CUDA(cuda::softmax_cross_entropy(s, activations_[last].data(), labels_.data(), n, layout_.num_classes(),
                                                  want_gradient, totals_.data()));
     if (want_gradient) {
-      // The count slot first: it belongs to the first bucket (the last layer's).
-      ANTDT_CHECK_CUDA(cuda::add_to_scalar(s, gradients_.data() + layout_.parameter_count, static_cast<float>(n)));
+      // The count slots first: they belong to the first bucket (the last layer's).
+      ANTDT_CHECK_CUDA(cuda::add_sample_count(s, gradients_.data() + layout_.parameter_count, n));
       float* copy = listener != nullptr ? listener->host_copy() : nullptr;
       const float* delta = activations_[last].data();
       for (std::size_t l = layout_.layers.size(); l-- > 0;) {

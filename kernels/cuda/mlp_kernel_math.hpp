@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include "antdt/sample_count.hpp"
+
 #if defined(__CUDACC__)
 #define ANTDT_KERNEL_MATH __host__ __device__ __forceinline__
 #else
@@ -61,18 +63,19 @@ struct UpdateCoefficients {
   int active;       // 0 when B <= 0: the step is skipped and t is left alone
 };
 
-// From the summed sample count B and the step counter t: when B > 0, t += 1 and the
-// coefficients of that step (c1, c2 in double, then rounded, as the host backend does);
-// otherwise an inactive step. One thread.
-ANTDT_KERNEL_MATH void update_coefficients(float count, std::int64_t& t, float beta1, float beta2,
+// From the summed sample count B (decoded from the count slots: decode_sample_count) and the
+// step counter t: when B > 0, t += 1 and the coefficients of that step (1 / float(B) as the host
+// backend computes it; c1, c2 in double, then rounded); otherwise an inactive step. One thread.
+ANTDT_KERNEL_MATH void update_coefficients(std::int64_t count, std::int64_t& t, float beta1, float beta2,
                                            UpdateCoefficients& out) {
-  if (!(count > 0.0f)) {
+  if (count <= 0) {
     out = UpdateCoefficients{0.0f, 1.0f, 1.0f, 0};
     return;
   }
   t += 1;
   const double td = static_cast<double>(t);
-  out = UpdateCoefficients{1.0f / count, static_cast<float>(1.0 - pow(static_cast<double>(beta1), td)),
+  out = UpdateCoefficients{1.0f / static_cast<float>(count),
+                           static_cast<float>(1.0 - pow(static_cast<double>(beta1), td)),
                            static_cast<float>(1.0 - pow(static_cast<double>(beta2), td)), 1};
 }
 

@@ -55,15 +55,15 @@ __global__ void relu_mask_kernel(float* delta, const float* activation, std::int
   ANTDT_GRID_STRIDE(i, count) { math::relu_mask(delta, activation, i); }
 }
 
-__global__ void add_to_scalar_kernel(float* slot, float value) { *slot += value; }
+__global__ void add_sample_count_kernel(float* slots, std::int64_t n) { antdt::add_sample_count(slots, n); }
 
 __global__ void fill_kernel(float* x, float value, std::int64_t count) {
   ANTDT_GRID_STRIDE(i, count) { x[i] = value; }
 }
 
-__global__ void prepare_update_kernel(const float* count_slot, std::int64_t* steps, float beta1, float beta2,
+__global__ void prepare_update_kernel(const float* count_slots, std::int64_t* steps, float beta1, float beta2,
                                       math::UpdateCoefficients* out) {
-  math::update_coefficients(*count_slot, *steps, beta1, beta2, *out);
+  math::update_coefficients(antdt::decode_sample_count(count_slots), *steps, beta1, beta2, *out);
 }
 
 // The coefficients are read once per thread (one cached 16-byte load), not passed by value:
@@ -108,8 +108,8 @@ cudaError_t relu_mask(cudaStream_t stream, float* delta, const float* activation
   return cudaGetLastError();
 }
 
-cudaError_t add_to_scalar(cudaStream_t stream, float* slot, float value) {
-  add_to_scalar_kernel<<<1, 1, 0, stream>>>(slot, value);
+cudaError_t add_sample_count(cudaStream_t stream, float* slots, std::int64_t n) {
+  add_sample_count_kernel<<<1, 1, 0, stream>>>(slots, n);
   return cudaGetLastError();
 }
 
@@ -119,9 +119,9 @@ cudaError_t fill(cudaStream_t stream, float* x, float value, std::int64_t count)
   return cudaGetLastError();
 }
 
-cudaError_t prepare_update(cudaStream_t stream, const float* count_slot, std::int64_t* steps, float beta1, float beta2,
+cudaError_t prepare_update(cudaStream_t stream, const float* count_slots, std::int64_t* steps, float beta1, float beta2,
                            math::UpdateCoefficients* out) {
-  prepare_update_kernel<<<1, 1, 0, stream>>>(count_slot, steps, beta1, beta2, out);
+  prepare_update_kernel<<<1, 1, 0, stream>>>(count_slots, steps, beta1, beta2, out);
   return cudaGetLastError();
 }
 

@@ -25,15 +25,15 @@ cudaError_t softmax_cross_entropy(cudaStream_t stream, float* logits, const std:
 // delta[i] = activation[i] > 0 ? delta[i] : 0
 cudaError_t relu_mask(cudaStream_t stream, float* delta, const float* activation, std::int64_t count);
 
-// *slot += value (the gradient buffer's sample-count slot).
-cudaError_t add_to_scalar(cudaStream_t stream, float* slot, float value);
+// Adds n to the sample count in slots[0, kSampleCountSlots) (antdt/sample_count.hpp); one thread.
+cudaError_t add_sample_count(cudaStream_t stream, float* slots, std::int64_t n);
 
 // x[i] = value
 cudaError_t fill(cudaStream_t stream, float* x, float value, std::int64_t count);
 
-// From the reduced count *count_slot and the step counter *steps (device memory), the
-// coefficients of this step into *out (math::update_coefficients); one thread.
-cudaError_t prepare_update(cudaStream_t stream, const float* count_slot, std::int64_t* steps, float beta1, float beta2,
+// From the reduced count in count_slots[0, kSampleCountSlots) and the step counter *steps (device
+// memory), the coefficients of this step into *out (math::update_coefficients); one thread.
+cudaError_t prepare_update(cudaStream_t stream, const float* count_slots, std::int64_t* steps, float beta1, float beta2,
                            math::UpdateCoefficients* out);
 
 // The optimizers of include/antdt/model.hpp, on the mean gradient g*inv_count + wd*p, with the

@@ -128,8 +128,8 @@ std::vector<GradientBucket> layer_buckets(const MlpLayout& layout) {
   std::vector<GradientBucket> out;
   for (std::size_t l = layout.layers.size(); l-- > 0;) {
     const LayerShape& s = layout.layers[l];
-    const bool last = l + 1 == layout.layers.size();  // ends at parameter_count: the count slot follows
-    out.push_back({s.weight_offset, s.bias_offset + s.out - s.weight_offset + (last ? 1 : 0)});
+    const bool last = l + 1 == layout.layers.size();  // ends at parameter_count: the count slots follow
+    out.push_back({s.weight_offset, s.bias_offset + s.out - s.weight_offset + (last ? kSampleCountSlots : 0)});
   }
   return out;
 }

@@ -35,8 +35,8 @@ struct MlpLayout {
 [[nodiscard]] MlpLayout make_layout(const MlpConfig& config);
 
 // The MLP's gradient buckets: one per layer (W_l then b_l), last layer first, which is the
-// order backward finishes them; the last layer's ends at parameter_count, so the count slot
-// joins it.
+// order backward finishes them; the last layer's ends at parameter_count, so the count slots
+// join it.
 [[nodiscard]] std::vector<GradientBucket> layer_buckets(const MlpLayout& layout);
 
 // He-uniform weights U(-sqrt(6/in), sqrt(6/in)) and zero biases, from a SplitMix64 stream seeded

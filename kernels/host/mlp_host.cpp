@@ -160,7 +160,7 @@ HostMlp::HostMlp(const MlpConfig& config)
     : config_(config),
       layout_(make_layout(config)),
       parameters_(initial_parameters(layout_, config.seed)),
-      gradients_(static_cast<std::size_t>(layout_.parameter_count + 1), 0.0f),
+      gradients_(static_cast<std::size_t>(layout_.parameter_count + kSampleCountSlots), 0.0f),
       state_(static_cast<std::size_t>(optimizer_state_size(config.optimizer, layout_.parameter_count)), 0.0f),
       activations_(layout_.layers.size()) {}
 
@@ -245,7 +245,8 @@ BatchResult HostMlp::backward(const float* features, const std::int32_t* labels,
   const auto t0 = std::chrono::steady_clock::now();
   if (n <= 0) return {};
   BatchResult r = forward(features, labels, n, true);
-  gradients_.back() += static_cast<float>(n);  // the count slot, reported with the last layer
+  // The count slots (exact digits, antdt/sample_count.hpp), reported with the last layer.
+  add_sample_count(gradients_.data() + layout_.parameter_count, n);
   const int rows = blas_int(n);
   // delta starts as the last layer's dZ (in its activation buffer), then ping-pongs. Each
   // layer's bias gradient is summed by the pass that produced its dZ.
@@ -277,10 +278,10 @@ BatchResult HostMlp::backward(const float* features, const std::int32_t* labels,
 }
 
 void HostMlp::apply_update() {
-  const float count = gradients_.back();
-  if (count <= 0.0f) return;
+  const std::int64_t count = decode_sample_count(gradients_.data() + layout_.parameter_count);
+  if (count <= 0) return;
   ++steps_;
-  const float inv = 1.0f / count;
+  const float inv = 1.0f / static_cast<float>(count);  // B exact; its float the nearest to it
   const float lr = config_.learning_rate, wd = config_.weight_decay;
   const std::int64_t pcount = layout_.parameter_count;
   float* p = parameters_.data();
@@ -335,7 +336,7 @@ std::int64_t HostMlp::bytes_per_sample() const {
 
 std::int64_t HostMlp::fixed_bytes() const {
   return static_cast<std::int64_t>(sizeof(float)) *
-         (2 * layout_.parameter_count + 1 + static_cast<std::int64_t>(state_.size()));
+         (2 * layout_.parameter_count + kSampleCountSlots + static_cast<std::int64_t>(state_.size()));
 }
 
 std::unique_ptr<Model> make_host_mlp(const MlpConfig& config) { return std::make_unique<HostMlp>(config); }

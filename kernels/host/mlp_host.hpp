@@ -34,7 +34,7 @@ class HostMlp final : public Model {
   [[nodiscard]] std::vector<GradientBucket> gradient_buckets() const override { return layer_buckets(layout_); }
   BatchResult evaluate(const float* features, const std::int32_t* labels, std::int64_t n) override;
   [[nodiscard]] float* gradient_buffer() override { return gradients_.data(); }
-  [[nodiscard]] std::int64_t gradient_count() const override { return layout_.parameter_count + 1; }
+  [[nodiscard]] std::int64_t gradient_count() const override { return layout_.parameter_count + kSampleCountSlots; }
   void apply_update() override;
   void synchronize() override {}
   [[nodiscard]] std::vector<float> parameters() const override { return parameters_; }
@@ -57,7 +57,7 @@ class HostMlp final : public Model {
   MlpConfig config_;
   MlpLayout layout_;
   std::vector<float> parameters_;
-  std::vector<float> gradients_;  // P sums + count slot
+  std::vector<float> gradients_;  // P sums + kSampleCountSlots count slots
   std::vector<float> state_;      // momentum, or Adam m then v
   std::int64_t steps_ = 0;
   std::int64_t capacity_ = 0;                    // samples the activation buffers hold

@@ -6,6 +6,7 @@
 // up as duplicated or missing indices, not as a silently consistent ledger.
 #include <algorithm>
 #include <bit>
+#include <optional>
 #include <string>
 
 #include "antdt/dds.hpp"
@@ -16,7 +17,65 @@ namespace antdt::dds {
 
 namespace {
 constexpr std::uint64_t kCoordinatorMagic = 0x5244524F4F435344ULL;  // "DSCOORDR"
-constexpr std::uint32_t kCoordinatorVersion = 1;
+// Version 2 stores each open epoch's coverage bitmap either as its maximal runs of set bits
+// (IndexRange pairs, 16 bytes a run) or as the raw N/8 bytes, whichever is smaller: committed
+// samples come in runs of whole shards and grants, so a 2.56e9-sample epoch usually saves in
+// kilobytes to megabytes instead of 320 MB, and tiny shards in a shuffled order never cost
+// more than the bitmap. The choice depends only on the bits, so the encoding is canonical.
+// Version 1 (always the raw bitmap) is still read.
+constexpr std::uint32_t kCoordinatorVersion = 2;
+constexpr std::uint32_t kCoordinatorBitmapVersion = 1;
+constexpr std::uint8_t kCoverageBitmap = 0, kCoverageRuns = 1;
+
+std::size_t words_for(std::int64_t n) { return static_cast<std::size_t>((n + 63) / 64); }
+// Runs are the smaller encoding of a bitmap of `words` words when 16 x runs < 8 x words.
+bool runs_are_smaller(std::size_t runs, std::size_t words) { return 2 * runs < words; }
+
+// The maximal runs of set bits of `bits`, in order, or nullopt as soon as there are too many to
+// be the smaller encoding. O(words + runs): zero and all-one words are skipped a word at a time.
+std::optional<std::vector<IndexRange>> runs_of(const std::vector<std::uint64_t>& bits) {
+  std::vector<IndexRange> runs;
+  const std::size_t words = bits.size();
+  // The first bit at or after `from` that is set (want_set) or clear, or words * 64.
+  const auto next = [&](std::int64_t from, bool want_set) {
+    auto w = static_cast<std::size_t>(from >> 6);
+    if (w >= words) return static_cast<std::int64_t>(words * 64);
+    std::uint64_t word = (want_set ? bits[w] : ~bits[w]) & (~std::uint64_t{0} << static_cast<unsigned>(from & 63));
+    while (word == 0) {
+      if (++w == words) return static_cast<std::int64_t>(words * 64);
+      word = want_set ? bits[w] : ~bits[w];
+    }
+    return static_cast<std::int64_t>(w * 64 + static_cast<std::size_t>(std::countr_zero(word)));
+  };
+  const auto limit = static_cast<std::int64_t>(words * 64);
+  for (std::int64_t at = next(0, true); at < limit;) {
+    if (!runs_are_smaller(runs.size() + 1, words)) return std::nullopt;
+    const std::int64_t end = next(at, false);
+    runs.push_back(IndexRange{at, end});
+    at = next(end, true);
+  }
+  return runs;
+}
+
+// Sets bits [begin, end) of `bits` a word at a time; returns how many were set already.
+std::int64_t mark(std::vector<std::uint64_t>& bits, std::int64_t begin, std::int64_t end) {
+  const auto first = static_cast<std::size_t>(begin >> 6), last = static_cast<std::size_t>((end - 1) >> 6);
+  const std::uint64_t head = ~std::uint64_t{0} << static_cast<unsigned>(begin & 63);
+  const std::uint64_t tail = ~std::uint64_t{0} >> static_cast<unsigned>(63 - ((end - 1) & 63));
+  std::int64_t already = 0;
+  const auto set = [&](std::size_t i, std::uint64_t mask) {
+    already += std::popcount(bits[i] & mask);
+    bits[i] |= mask;
+  };
+  if (first == last) {
+    set(first, head & tail);
+    return already;
+  }
+  set(first, head);
+  for (std::size_t i = first + 1; i < last; ++i) set(i, ~std::uint64_t{0});
+  set(last, tail);
+  return already;
+}
 }  // namespace
 
 Coordinator::Coordinator(const LedgerOptions& options, int world_size, int prefetch_steps)
@@ -42,20 +101,32 @@ std::vector<Grant> Coordinator::grant(const std::vector<std::int64_t>& demand) {
   std::vector<Grant> out;
   // Restored tails first, all of them, so every rank's holdings equal the uninterrupted run's.
   for (int r = 0; r < world; ++r) {
-    while (ledger_.reserved(r) > 0) out.push_back(*ledger_.acquire(r));
+    while (ledger_.has_reserved(r)) out.push_back(*ledger_.acquire(r));
   }
-  for (bool progress = true; progress;) {
-    progress = false;
-    for (int r = 0; r < world; ++r) {
-      const std::int64_t target = static_cast<std::int64_t>(prefetch_steps_) * demand[static_cast<std::size_t>(r)];
-      if (ledger_.held(r) >= target) continue;
+  // Round robin, one piece per rank per pass, lowest rank first, until every rank holds its
+  // target. Only the ranks still below target are visited: a rank's holdings grow only by its
+  // own grants, so the ranks of pass k+1 are those of pass k still short after theirs, and the
+  // sequence of grants is the same as visiting every rank in every pass, at O(grants) cost.
+  const auto target_of = [&](int r) {
+    return static_cast<std::int64_t>(prefetch_steps_) * demand[static_cast<std::size_t>(r)];
+  };
+  std::vector<int>& short_ranks = scratch_ranks_;
+  short_ranks.clear();
+  for (int r = 0; r < world; ++r) {
+    if (ledger_.held(r) < target_of(r)) short_ranks.push_back(r);
+  }
+  while (!short_ranks.empty()) {
+    std::size_t still_short = 0;
+    for (const int r : short_ranks) {
+      const std::int64_t target = target_of(r);
       // Grants are cut to the rank's own prefetch target, not whole shards: a slow rank then
       // never sits on a large shard that everyone waits for at the end of the last epoch.
       auto piece = ledger_.acquire(r, std::max<std::int64_t>(1, target));
       if (!piece) return out;  // max_epochs reached: nothing left for anyone
       out.push_back(*piece);
-      progress = true;
+      if (ledger_.held(r) < target) short_ranks[still_short++] = r;
     }
+    short_ranks.resize(still_short);
   }
   return out;
 }
@@ -67,10 +138,8 @@ Coordinator::StepResult Coordinator::commit_step(const std::vector<std::int64_t>
     throw UsageError("dds: commit_step needs one count per rank: got " + std::to_string(consumed.size()) + " for " +
                      std::to_string(world) + " ranks");
   }
-  std::vector<bool> is_dropped(static_cast<std::size_t>(world), false);
   for (int r : dropped) {
     if (r < 0 || r >= world) throw UsageError("dds: dropped rank " + std::to_string(r) + " out of range");
-    is_dropped[static_cast<std::size_t>(r)] = true;
   }
   // Validate everything before changing anything.
   for (int r = 0; r < world; ++r) {
@@ -81,15 +150,23 @@ Coordinator::StepResult Coordinator::commit_step(const std::vector<std::int64_t>
                   std::to_string(held) + "; its client and the coordinator disagree");
     }
   }
+  std::vector<char>& is_dropped = scratch_dropped_;
+  is_dropped.assign(static_cast<std::size_t>(world), 0);
+  for (int r : dropped) is_dropped[static_cast<std::size_t>(r)] = 1;
   StepResult result;
   const std::size_t completed_before = ledger_.completed_list().size();
   for (int r = 0; r < world; ++r) {
-    const auto runs = ledger_.consume(r, consumed[static_cast<std::size_t>(r)]);
-    if (is_dropped[static_cast<std::size_t>(r)]) {
+    const std::int64_t c = consumed[static_cast<std::size_t>(r)];
+    // Only commit_step consumes this ledger and it commits (or drops) at once, so a rank that
+    // consumed nothing this step has nothing to count, commit or return.
+    if (c == 0) continue;
+    scratch_runs_.clear();
+    ledger_.consume(r, c, scratch_runs_);
+    if (is_dropped[static_cast<std::size_t>(r)] != 0) {
       result.returned += ledger_.drop(r);
       continue;
     }
-    for (const auto& run : runs) count(run);
+    for (const auto& run : scratch_runs_) count(run);
     result.committed += ledger_.commit(r);
   }
   const auto& completed = ledger_.completed_list();
@@ -115,19 +192,25 @@ void Coordinator::count(const Grant& run) {
     }
     OpenCoverage fresh;
     fresh.epoch = run.epoch;
-    fresh.seen.assign(static_cast<std::size_t>((n + 63) / 64), 0);
+    fresh.seen.assign(words_for(n), 0);
     open_coverage_.push_back(std::move(fresh));
     open = open_coverage_.end() - 1;
   }
-  scratch_.clear();
-  ledger_.map().append_indices(run, scratch_);
-  for (const std::int64_t index : scratch_) {
-    ANTDT_ASSERT(index >= 0 && index < n, "ShardMap produced an index outside the data set");
-    auto& word = open->seen[static_cast<std::size_t>(index / 64)];
-    const std::uint64_t bit = std::uint64_t{1} << static_cast<unsigned>(index % 64);
-    if ((word & bit) != 0) ++open->duplicated;
-    word |= bit;
+  if (open->seen.empty()) {  // restored: build the bitmap from the checkpoint's runs
+    open->seen.assign(words_for(n), 0);
+    for (const IndexRange& r : open->restored) (void)mark(open->seen, r.begin, r.end);
+    open->restored = {};
   }
+  scratch_ranges_.clear();
+  ledger_.map().append_index_ranges(run, scratch_ranges_);
+  std::int64_t counted = 0;
+  for (const IndexRange& range : scratch_ranges_) {
+    ANTDT_ASSERT(0 <= range.begin && range.begin < range.end && range.end <= n,
+                 "ShardMap produced an index outside the data set");
+    open->duplicated += mark(open->seen, range.begin, range.end);
+    counted += range.end - range.begin;
+  }
+  ANTDT_ASSERT(counted == run.size(), "ShardMap's index ranges do not hold one index per position");
   open->committed += run.size();
 }
 
@@ -141,6 +224,7 @@ void Coordinator::finish_epoch(std::int64_t epoch) {
   }
   std::int64_t seen = 0;
   for (const std::uint64_t word : open->seen) seen += std::popcount(word);
+  for (const IndexRange& r : open->restored) seen += r.end - r.begin;  // never counted since a restore
   coverage_.push_back(EpochCoverage{epoch, open->committed, n - seen, open->duplicated});
   open_coverage_.erase(open);
 }
@@ -155,11 +239,28 @@ std::vector<std::byte> Coordinator::serialize() const {
   w.put_vector(ledger_.serialize());
   w.put_vector(coverage_);
   w.put<std::uint64_t>(open_coverage_.size());
+  const std::size_t words = words_for(ledger_.map().dataset_size());
   for (const auto& c : open_coverage_) {
     w.put(c.epoch);
     w.put(c.committed);
     w.put(c.duplicated);
-    w.put_vector(c.seen);
+    if (c.seen.empty()) {  // restored and not counted since: its runs, or the bitmap they make
+      if (runs_are_smaller(c.restored.size(), words)) {
+        w.put(kCoverageRuns);
+        w.put_vector(c.restored);
+        continue;
+      }
+      std::vector<std::uint64_t> bits(words, 0);
+      for (const IndexRange& r : c.restored) (void)mark(bits, r.begin, r.end);
+      w.put(kCoverageBitmap);
+      w.put_vector(bits);
+    } else if (const auto runs = runs_of(c.seen)) {
+      w.put(kCoverageRuns);
+      w.put_vector(*runs);
+    } else {
+      w.put(kCoverageBitmap);
+      w.put_vector(c.seen);
+    }
   }
   return w.take();
 }
@@ -182,17 +283,29 @@ void Coordinator::check_coverage(std::int64_t n, const std::vector<EpochCoverage
                         "], duplicated in [0, 2^62]");
     }
   }
-  const auto words = static_cast<std::size_t>((n + 63) / 64);
   for (std::size_t i = 0; i < open.size(); ++i) {
     const auto& c = open[i];
-    if (c.seen.size() != words) fail(c.epoch, "the bitmap does not match the data set size");
-    if (n % 64 != 0 && (c.seen.back() >> static_cast<unsigned>(n % 64)) != 0)
-      fail(c.epoch, "the bitmap marks indices past the data set");
     std::int64_t seen = 0;
-    for (const std::uint64_t word : c.seen) seen += std::popcount(word);
+    if (!c.seen.empty()) {  // a version-1 bitmap
+      if (c.seen.size() != words_for(n)) fail(c.epoch, "the bitmap does not match the data set size");
+      if (n % 64 != 0 && (c.seen.back() >> static_cast<unsigned>(n % 64)) != 0)
+        fail(c.epoch, "the bitmap marks indices past the data set");
+      for (const std::uint64_t word : c.seen) seen += std::popcount(word);
+    } else {  // runs: each inside [0, N), in order, disjoint and not touching (maximal runs)
+      std::int64_t previous_end = -1;
+      for (const IndexRange& r : c.restored) {
+        if (r.begin < 0 || r.begin >= r.end || r.end > n || r.begin <= previous_end) {
+          fail(c.epoch, "the run [" + std::to_string(r.begin) + ", " + std::to_string(r.end) +
+                            ") of covered indices is empty, outside [0, " + std::to_string(n) +
+                            "), or not after the previous run with a gap");
+        }
+        seen += r.end - r.begin;
+        previous_end = r.end;
+      }
+    }
     if (c.duplicated < 0 || c.duplicated > kMaxCoverageCount || c.committed != seen + c.duplicated) {
       fail(c.epoch, "committed " + std::to_string(c.committed) + " and duplicated " + std::to_string(c.duplicated) +
-                        " break committed == " + std::to_string(seen) + " indices in the bitmap + duplicated" +
+                        " break committed == " + std::to_string(seen) + " indices covered + duplicated" +
                         " (duplicated in [0, 2^62])");
     }
     for (std::size_t j = 0; j < i; ++j) {
@@ -209,9 +322,10 @@ Coordinator Coordinator::restore(std::span<const std::byte> bytes, int world_siz
     detail::ByteReader r(bytes);
     if (r.get<std::uint64_t>() != kCoordinatorMagic) throw CheckpointError("DDS coordinator checkpoint: bad magic");
     const auto version = r.get<std::uint32_t>();
-    if (version != kCoordinatorVersion) {
+    if (version != kCoordinatorVersion && version != kCoordinatorBitmapVersion) {
       throw CheckpointError("DDS coordinator checkpoint version " + std::to_string(version) +
-                            ", this build reads version " + std::to_string(kCoordinatorVersion));
+                            ", this build reads versions " + std::to_string(kCoordinatorBitmapVersion) + " and " +
+                            std::to_string(kCoordinatorVersion));
     }
     ledger_bytes = r.get_vector<std::byte>();
     coverage = r.get_vector<EpochCoverage>();
@@ -222,7 +336,15 @@ Coordinator Coordinator::restore(std::span<const std::byte> bytes, int world_siz
       c.epoch = r.get<std::int64_t>();
       c.committed = r.get<std::int64_t>();
       c.duplicated = r.get<std::int64_t>();
-      c.seen = r.get_vector<std::uint64_t>();
+      const std::uint8_t encoding = version == kCoordinatorBitmapVersion ? kCoverageBitmap : r.get<std::uint8_t>();
+      if (encoding == kCoverageBitmap) {
+        c.seen = r.get_vector<std::uint64_t>();
+        if (c.seen.empty()) throw CheckpointError("DDS coordinator checkpoint: an empty coverage bitmap");
+      } else if (encoding == kCoverageRuns) {
+        c.restored = r.get_vector<IndexRange>();
+      } else {
+        throw CheckpointError("DDS coordinator checkpoint: unknown coverage encoding " + std::to_string(encoding));
+      }
       open.push_back(std::move(c));
     }
     if (!r.done()) throw CheckpointError("DDS coordinator checkpoint: trailing bytes");
@@ -265,12 +387,18 @@ std::vector<std::int64_t> Client::take(std::int64_t k) {
   std::vector<std::int64_t> indices = peek(k);
   // Consume exactly the positions peek listed, front grant first.
   for (auto n = static_cast<std::int64_t>(indices.size()); n > 0;) {
-    Grant& front = grants_.front();
+    Grant& front = grants_[first_];
     const std::int64_t used = std::min(n, front.size());
     front.begin += used;
     held_ -= used;
     n -= used;
-    if (front.begin == front.end) grants_.pop_front();
+    if (front.begin == front.end) ++first_;
+  }
+  if (first_ == grants_.size()) {
+    clear();
+  } else if (2 * first_ >= grants_.size()) {
+    grants_.erase(grants_.begin(), grants_.begin() + static_cast<std::ptrdiff_t>(first_));
+    first_ = 0;
   }
   return indices;
 }
@@ -279,7 +407,7 @@ std::vector<std::int64_t> Client::peek(std::int64_t k) const {
   if (k < 0) throw UsageError("dds: Client: a count of positions must be >= 0, got " + std::to_string(k));
   std::vector<std::int64_t> indices;
   indices.reserve(static_cast<std::size_t>(std::min(k, held_)));
-  for (auto g = grants_.begin(); k > 0 && g != grants_.end(); ++g) {
+  for (auto g = grants_.begin() + static_cast<std::ptrdiff_t>(first_); k > 0 && g != grants_.end(); ++g) {
     const std::int64_t n = std::min(k, g->size());
     map_.append_indices(Grant{g->epoch, g->shard, g->begin, g->begin + n, g->rank}, indices);
     k -= n;
@@ -289,6 +417,7 @@ std::vector<std::int64_t> Client::peek(std::int64_t k) const {
 
 void Client::clear() {
   grants_.clear();
+  first_ = 0;
   held_ = 0;
 }
 

@@ -8,10 +8,12 @@
 // Tails restored from a checkpoint on the same world size wait in `reserved_` of their old
 // owner (still TODO for the counts), so that owner gets them back first, in the old order.
 //
-// Each epoch carries running counters (todo, doing = uncommitted DOING positions, done);
-// every transition moves positions between them, so counts() is O(open epochs).
-// check_identity() recounts todo and doing from the pieces themselves and compares.
+// Each epoch carries running counters (todo, doing = uncommitted DOING positions, done), and
+// each rank its held positions; every transition moves positions between them, so counts()
+// is O(open epochs) and held() O(1). check_identity() recounts todo, doing and held from the
+// pieces themselves, in one pass over all of them, and compares.
 #include <algorithm>
+#include <array>
 #include <limits>
 #include <string>
 
@@ -32,6 +34,7 @@ Ledger::Ledger(const LedgerOptions& options, int world_size)
   options_.shard_size = map_.shard_size();  // resolve "automatic" once, so it is what gets saved
   doing_.resize(static_cast<std::size_t>(world_size));
   reserved_.resize(static_cast<std::size_t>(world_size));
+  held_.assign(static_cast<std::size_t>(world_size), 0);
 }
 
 void Ledger::check_rank(int rank, const char* what) const {
@@ -59,6 +62,7 @@ Grant Ledger::hand_out(int rank, std::int64_t epoch, std::int64_t shard, std::in
   e.todo -= end - begin;
   e.doing += end - begin;
   doing_[static_cast<std::size_t>(rank)].push_back(Piece{epoch, shard, begin, begin, end});
+  held_[static_cast<std::size_t>(rank)] += end - begin;
   return Grant{epoch, shard, begin, end, static_cast<std::int32_t>(rank)};
 }
 
@@ -81,22 +85,21 @@ Grant Ledger::take_piece(int rank, Epoch& e, std::int64_t max_positions) {
 
 std::optional<Grant> Ledger::acquire(int rank, std::int64_t max_positions) {
   check_rank(rank, "acquire");
-  auto& own = reserved_[static_cast<std::size_t>(rank)];
-  if (!own.empty()) {
-    const Reserved r = own.front();
-    own.pop_front();
+  const auto take_reserved = [&](std::vector<Reserved>& list) {
+    const Reserved r = list.back();  // the next in the old order
+    list.pop_back();
+    --reserved_pieces_;
     return hand_out(rank, r.epoch, r.shard, r.begin, r.end);
-  }
+  };
+  if (auto& own = reserved_[static_cast<std::size_t>(rank)]; !own.empty()) return take_reserved(own);
   for (auto& e : open_) {
     if (!e.returned.empty() || e.next_order < map_.num_shards()) return take_piece(rank, e, max_positions);
   }
   // Nothing free in the open epochs: take a tail reserved for another rank before opening a
   // new epoch, so a rank that never asks again cannot keep an epoch from completing.
-  for (auto& other : reserved_) {
-    if (!other.empty()) {
-      const Reserved r = other.front();
-      other.pop_front();
-      return hand_out(rank, r.epoch, r.shard, r.begin, r.end);
+  if (reserved_pieces_ > 0) {
+    for (auto& other : reserved_) {
+      if (!other.empty()) return take_reserved(other);
     }
   }
   if (options_.max_epochs > 0 && next_epoch_ >= options_.max_epochs) return std::nullopt;
@@ -108,9 +111,15 @@ std::optional<Grant> Ledger::acquire(int rank, std::int64_t max_positions) {
 }
 
 std::vector<Grant> Ledger::consume(int rank, std::int64_t k) {
+  std::vector<Grant> runs;
+  consume(rank, k, runs);
+  return runs;
+}
+
+void Ledger::consume(int rank, std::int64_t k, std::vector<Grant>& runs) {
   check_rank(rank, "consume");
   if (k < 0) throw UsageError("dds: consume: count must be >= 0, got " + std::to_string(k));
-  std::vector<Grant> runs;
+  std::int64_t taken = 0;
   for (auto& p : doing_[static_cast<std::size_t>(rank)]) {
     if (k == 0) break;
     if (p.consumed == p.end) continue;
@@ -118,8 +127,9 @@ std::vector<Grant> Ledger::consume(int rank, std::int64_t k) {
     runs.push_back(Grant{p.epoch, p.shard, p.consumed, p.consumed + take, static_cast<std::int32_t>(rank)});
     p.consumed += take;
     k -= take;
+    taken += take;
   }
-  return runs;
+  held_[static_cast<std::size_t>(rank)] -= taken;
 }
 
 std::int64_t Ledger::commit(int rank) {
@@ -162,10 +172,12 @@ std::int64_t Ledger::fail_rank(int rank) {
     total += amount;
     tails.push_back(Reserved{p.epoch, p.shard, p.committed, p.end});
   }
-  // Tails reserved for this rank are TODO already; they just stop being reserved.
-  tails.insert(tails.end(), own.begin(), own.end());
+  // Tails reserved for this rank are TODO already; they just stop being reserved (old order).
+  tails.insert(tails.end(), own.rbegin(), own.rend());
+  reserved_pieces_ -= static_cast<std::int64_t>(own.size());
   pieces.clear();
   own.clear();
+  held_[static_cast<std::size_t>(rank)] = 0;
   return_tails(std::move(tails));
   return total;
 }
@@ -192,9 +204,12 @@ std::int64_t Ledger::drop(int rank) {
 
 std::int64_t Ledger::held(int rank) const {
   check_rank(rank, "held");
-  std::int64_t total = 0;
-  for (const auto& p : doing_[static_cast<std::size_t>(rank)]) total += p.end - p.consumed;
-  return total;
+  return held_[static_cast<std::size_t>(rank)];
+}
+
+bool Ledger::has_reserved(int rank) const {
+  check_rank(rank, "has_reserved");
+  return !reserved_[static_cast<std::size_t>(rank)].empty();
 }
 
 std::int64_t Ledger::reserved(int rank) const {
@@ -222,46 +237,69 @@ std::vector<Ledger::EpochCounts> Ledger::counts() const {
   return out;
 }
 
+// One pass over every piece, whatever the number of open epochs: each piece's epoch is looked
+// up among the open ones (a handful), and its positions added to that epoch's recount.
 void Ledger::check_identity() const {
   const std::int64_t n = map_.dataset_size();
   const std::int64_t shards = map_.num_shards();
-  for (const auto& e : open_) {
-    // TODO from the pieces: returned tails + reserved tails + shards not handed out yet. The
-    // shards left all have shard_size positions, except the short last shard if it is
-    // among them (its place in the order comes from the inverse permutation).
+  constexpr std::size_t kInline = 8;  // open epochs recounted without allocating
+  struct Recount {
+    std::int64_t todo = 0, doing = 0;
+  };
+  std::array<Recount, kInline> inline_counts{};
+  std::vector<Recount> more(open_.size() > kInline ? open_.size() : 0);
+  const std::span<Recount> recount =
+      open_.size() > kInline ? std::span<Recount>(more) : std::span<Recount>(inline_counts).first(open_.size());
+  const auto slot_of = [&](std::int64_t epoch) -> Recount& {
+    for (std::size_t i = 0; i < open_.size(); ++i) {
+      if (open_[i].epoch == epoch) return recount[i];
+    }
+    throw Error("dds ledger: a DOING piece or reserved tail refers to epoch " + std::to_string(epoch) +
+                ", which is not open");
+  };
+  // TODO from the pieces: returned tails + reserved tails + shards not handed out yet. The
+  // shards left all have shard_size positions, except the short last shard if it is among
+  // them (its place in the order comes from the inverse permutation).
+  for (std::size_t i = 0; i < open_.size(); ++i) {
+    const Epoch& e = open_[i];
     std::int64_t todo = 0;
     for (const auto& p : e.returned) todo += p.end - p.begin;
-    for (const auto& list : reserved_) {
-      for (const auto& r : list) {
-        if (r.epoch == e.epoch) todo += r.end - r.begin;
-      }
-    }
     todo += (shards - e.next_order) * map_.shard_size();
     if (map_.order_of(e.epoch, shards - 1) >= e.next_order) todo -= map_.shard_size() - map_.shard_length(shards - 1);
-    std::int64_t doing = 0;
-    for (const auto& list : doing_) {
-      for (const auto& p : list) {
-        if (p.epoch != e.epoch) continue;
-        if (!(p.committed <= p.consumed && p.consumed <= p.end)) {
-          throw Error("dds ledger: epoch " + std::to_string(e.epoch) +
-                      ": a DOING piece has committed > consumed or consumed > end");
-        }
-        doing += p.end - p.committed;
+    recount[i].todo += todo;
+  }
+  std::int64_t reserved_pieces = 0;
+  for (const auto& list : reserved_) {
+    reserved_pieces += static_cast<std::int64_t>(list.size());
+    for (const auto& r : list) slot_of(r.epoch).todo += r.end - r.begin;
+  }
+  for (std::size_t rank = 0; rank < doing_.size(); ++rank) {
+    std::int64_t held = 0;
+    for (const auto& p : doing_[rank]) {
+      if (!(p.committed <= p.consumed && p.consumed <= p.end)) {
+        throw Error("dds ledger: epoch " + std::to_string(p.epoch) +
+                    ": a DOING piece has committed > consumed or consumed > end");
       }
+      slot_of(p.epoch).doing += p.end - p.committed;
+      held += p.end - p.consumed;
     }
+    if (held != held_[rank]) {
+      throw Error("dds ledger: rank " + std::to_string(rank) + " holds " + std::to_string(held) +
+                  " unconsumed positions, but its running count says " + std::to_string(held_[rank]));
+    }
+  }
+  if (reserved_pieces != reserved_pieces_) {
+    throw Error("dds ledger: " + std::to_string(reserved_pieces) + " reserved tails, but the running count says " +
+                std::to_string(reserved_pieces_));
+  }
+  for (std::size_t i = 0; i < open_.size(); ++i) {
+    const Epoch& e = open_[i];
+    const std::int64_t todo = recount[i].todo, doing = recount[i].doing;
     if (todo != e.todo || doing != e.doing || e.done < 0 || e.todo + e.doing + e.done != n || e.done == n) {
       throw Error("dds ledger identity broken in epoch " + std::to_string(e.epoch) + ": todo " +
                   std::to_string(e.todo) + " (pieces say " + std::to_string(todo) + ") + doing " +
                   std::to_string(e.doing) + " (pieces say " + std::to_string(doing) + ") + done " +
                   std::to_string(e.done) + " != dataset size " + std::to_string(n));
-    }
-  }
-  for (const auto& list : doing_) {
-    for (const auto& p : list) {
-      bool open = false;
-      for (const auto& e : open_) open = open || e.epoch == p.epoch;
-      if (!open)
-        throw Error("dds ledger: a DOING piece refers to epoch " + std::to_string(p.epoch) + ", which is not open");
     }
   }
 }
@@ -303,8 +341,8 @@ std::vector<std::byte> Ledger::serialize() const {
     w.put(e.done);
     w.put_vector(std::vector<TodoPiece>(e.returned.begin(), e.returned.end()));
   }
-  for (const auto& list : doing_) w.put_vector(std::vector<Piece>(list.begin(), list.end()));
-  for (const auto& list : reserved_) w.put_vector(std::vector<Reserved>(list.begin(), list.end()));
+  for (const auto& list : doing_) w.put_vector(list);
+  for (const auto& list : reserved_) w.put_vector(std::vector<Reserved>(list.rbegin(), list.rend()));  // old order
   return w.take();
 }
 
@@ -405,9 +443,11 @@ Ledger Ledger::restore(std::span<const std::byte> bytes, int world_size) {
     if (!r.done()) throw CheckpointError("trailing bytes after the DDS ledger");
     if (old_world == world_size) {
       for (std::size_t rank = 0; rank < tails.size(); ++rank) {
-        for (const auto& t : tails[rank]) {
-          if (t.begin < t.end) ledger.reserved_[rank].push_back(t);
+        auto& own = ledger.reserved_[rank];
+        for (auto t = tails[rank].rbegin(); t != tails[rank].rend(); ++t) {  // stored with the next one last
+          if (t->begin < t->end) own.push_back(*t);
         }
+        ledger.reserved_pieces_ += static_cast<std::int64_t>(own.size());
       }
     } else {
       std::vector<Reserved> all;

@@ -165,4 +165,27 @@ void ShardMap::append_indices(const Grant& run, std::vector<std::int64_t>& out) 
   for (std::int64_t p = run.begin; p < run.end; ++p) out.push_back(base + permutation.forward(p));
 }
 
+void ShardMap::append_index_ranges(const Grant& run, std::vector<IndexRange>& out) const {
+  const std::int64_t length = shard_length(run.shard);
+  if (run.begin < 0 || run.end > length || run.begin > run.end) {
+    throw UsageError("dds: run [" + std::to_string(run.begin) + ", " + std::to_string(run.end) +
+                     ") out of range for shard " + std::to_string(run.shard));
+  }
+  if (run.begin == run.end) return;
+  const std::int64_t base = run.shard * shard_size_;
+  if (!shuffle_within_shard_) {
+    out.push_back(IndexRange{base + run.begin, base + run.end});
+    return;
+  }
+  if (run.begin == 0 && run.end == length) {  // every position of the shard: all of its indices
+    out.push_back(IndexRange{base, base + length});
+    return;
+  }
+  const Feistel permutation(length, within_key(seed_, run.epoch, run.shard));
+  for (std::int64_t p = run.begin; p < run.end; ++p) {
+    const std::int64_t index = base + permutation.forward(p);
+    out.push_back(IndexRange{index, index + 1});
+  }
+}
+
 }  // namespace antdt::dds

@@ -259,12 +259,19 @@ void Session::reduce_sums(OverlappedReduction& reduction) {
 std::int64_t Session::reduce(std::span<float> gradient_sums, std::int64_t local_samples) {
   std::int64_t total = 0;
   impl_->timed_reduction([&] {
-    // One fused reduction: the count rides in a trailing slot (exact in float up to 2^24).
-    std::vector<float> fused(gradient_sums.begin(), gradient_sums.end());
-    fused.push_back(static_cast<float>(local_samples));
+    // One fused reduction: the count rides in trailing digit slots, exact at any count
+    // (antdt/sample_count.hpp).
+    std::vector<float> fused(gradient_sums.size() + kSampleCountSlots);
+    std::copy(gradient_sums.begin(), gradient_sums.end(), fused.begin());
+    encode_sample_count(local_samples, fused.data() + gradient_sums.size());
     ANTDT_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, fused.data(), static_cast<int>(fused.size()), MPI_FLOAT, MPI_SUM,
                                   impl_->comm.get()));
-    total = static_cast<std::int64_t>(std::llround(fused.back()));
+    total = decode_sample_count(fused.data() + gradient_sums.size());
+    if (total < 0) {  // the same on every rank: all of them throw
+      throw Error(
+          "Session::reduce: the reduced sample count does not decode (over 2^63 samples, or ranks passed "
+          "buffers of different sizes)");
+    }
     const float scale = total > 0 ? 1.0f / static_cast<float>(total) : 0.0f;
     for (std::size_t i = 0; i < gradient_sums.size(); ++i) gradient_sums[i] = fused[i] * scale;
   });

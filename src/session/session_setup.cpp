@@ -5,12 +5,21 @@
 
 #include "antdt/error.hpp"
 #include "antdt/planner.hpp"
+#include "antdt/sample_count.hpp"
 
 namespace antdt::detail {
 
 void validate_session_options(const SessionOptions& o, int world) {
   if (o.dataset_size < 1) throw UsageError("Session: the data set is empty (dataset_size must be at least 1)");
   if (o.global_batch < 1) throw UsageError("Session: global_batch must be at least 1");
+  // The reduced sample count is exact at any B on up to kExactCountMaxRanks ranks, and at any
+  // world size while B <= 2^24 (antdt/sample_count.hpp).
+  if (world > kExactCountMaxRanks && o.global_batch > (std::int64_t{1} << 24)) {
+    throw UsageError("Session: on more than " + std::to_string(kExactCountMaxRanks) +
+                     " ranks the reduced sample count is exact only up to 2^24 = 16777216 samples per step, but "
+                     "global_batch is " +
+                     std::to_string(o.global_batch));
+  }
   if (o.micro_batch_cap < 0) throw UsageError("Session: micro_batch_cap must be >= 0 (0 = no cap)");
   if (o.prefetch_steps < 1) throw UsageError("Session: prefetch_steps must be at least 1");
   if (!(o.step_timeout_seconds >= 0.0) || o.step_timeout_seconds > 1e9)

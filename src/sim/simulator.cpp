@@ -321,7 +321,7 @@ SimResult simulate(const SimConfig& config) {
   r.report_bytes = protocol::encoded_size(protocol::StepReport{});
   r.gather_bytes = r.report_bytes * static_cast<std::size_t>(n);
   r.allreduce_seconds = config.network.allreduce_seconds(n, static_cast<double>(config.gradient_bytes));
-  detail::LogHistogram decision, in_controller, control, error;
+  detail::LogHistogram decision, in_controller, in_dds, control, error;
   coordinator->set_profiling_clock(wall_now);
   // The ideal time of the work done: each step's samples at the sum of the ranks' speeds then.
   double ideal_seconds = 0.0, settled_ideal = 0.0;
@@ -338,9 +338,11 @@ SimResult simulate(const SimConfig& config) {
     const auto reports = ranks->run_step(now, config.overhead_seconds, config.chunk_overhead_seconds,
                                          r.allreduce_seconds, end, mean_t, max_t);
     const double t_decide = wall_now(), controller_before = coordinator->controller_seconds();
+    const double dds_before = coordinator->dds_seconds();
     const protocol::StepDecision d = coordinator->decide(reports);
     const double decided = wall_now() - t_decide;
     in_controller.add(coordinator->controller_seconds() - controller_before);
+    in_dds.add(coordinator->dds_seconds() - dds_before);
     if (d.reply.status != protocol::ReplyStatus::ok)
       throw Error("simulator: the coordinator rejected a step: " + d.reply.error);
     const std::size_t reply_bytes = ranks->apply(d);
@@ -389,6 +391,7 @@ SimResult simulate(const SimConfig& config) {
   r.decision_seconds_median = decision.median();
   r.decision_seconds_max = decision.max();
   r.controller_seconds_median = in_controller.median();
+  r.dds_seconds_median = in_dds.median();
   r.control_seconds_median = control.median();
   r.coverage = coordinator->dds().coverage();
   for (const auto& c : r.coverage) r.duplicated += c.duplicated, r.missing += c.missing;

@@ -94,6 +94,7 @@ struct SimResult {
   double decision_seconds_median = 0.0;
   double decision_seconds_max = 0.0;
   double controller_seconds_median = 0.0;
+  double dds_seconds_median = 0.0;  // the part in the DDS coordinator (commit, coverage, identity, grants)
   // Control traffic: what one rank sends and receives per step (the largest reply, plan steps
   // included), and what rank 0 gathers; and the modelled time of the exchange per step.
   std::size_t report_bytes = 0;

@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """antdt-sim end to end, run by ctest: the real step code (StepCoordinator, DDS, Controller,
-one Agent per rank) at 4 to 10,000 simulated ranks.
+one Agent per rank) at 4 to 10,000 simulated ranks, and (class SimulatorAgreesWithRealRuns)
+its predictions against real MPI runs of the Session on this machine.
 
-    python3 test_sim.py BUILD_DIR [unittest args]
+    python3 test_sim.py BUILD_DIR [unittest args, e.g. a class name]
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -14,6 +16,9 @@ import unittest
 BUILD = os.path.abspath(sys.argv[1])
 del sys.argv[1:2]
 SIM = os.path.join(BUILD, "apps", "antdt-sim")
+BENCH_SESSION = os.path.join(BUILD, "perf", "session", "antdt-bench-session")
+MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+           "OMPI_MCA_rmaps_base_oversubscribe": "1", "OPENBLAS_NUM_THREADS": "1", "ANTDT_LOG_LEVEL": "warn"}
 
 
 def sim(*args, timeout=300):
@@ -70,6 +75,68 @@ class Simulator(unittest.TestCase):
         r = subprocess.run([SIM, "--profile", "a100:1"], capture_output=True, text=True)
         self.assertEqual(r.returncode, 2)
         self.assertIn("--profile needs --ranks", r.stderr)
+
+
+def bench_throughput(speeds, policies, c, batch, steps, warmup, repeats):
+    """Real virtual-device runs (antdt-bench-session --mode efficiency): {policy: median samples/s}."""
+    cmd = ["mpirun", "-np", str(len(speeds)), BENCH_SESSION, "--mode", "efficiency",
+           "--speeds", ",".join(map(str, speeds)), "--policies", ",".join(policies), "--virtual-device", str(c),
+           "--global-batch", str(batch), "--steps", str(steps), "--warmup", str(warmup), "--repeats", str(repeats)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=dict(os.environ, **MPI_ENV))
+    assert r.returncode == 0, r.stdout + r.stderr
+    found = {m.group(1): float(m.group(2)) for m in
+             re.finditer(r"RESULT efficiency .*policy=(\S+) median_efficiency=\S+ median_throughput=(\S+)", r.stdout)}
+    assert set(found) == set(policies), r.stdout
+    return found
+
+
+@unittest.skipUnless(os.path.exists(BENCH_SESSION), "needs perf/session/antdt-bench-session (ANTDT_BUILD_PERF)")
+class SimulatorAgreesWithRealRuns(unittest.TestCase):
+    """At 4 and 8 ranks, antdt-sim's predicted throughput is within 10% of real runs.
+
+    Real: the Session over MPI on this machine, virtual device (each rank waits out b*c/speed_i,
+    emulated speeds), median of 3 repeats. The simulator has no knowledge of this machine, so it
+    is calibrated with its options only, from one real run with EQUAL speeds: the time a step
+    takes beyond its compute (data, the tiny real model, the gradient all-reduce, the control
+    exchange, timer slack) is passed as --overhead, with the simulated network off
+    (--link-alpha 0 --link-beta 0) because that overhead already holds it. The prediction is then
+    for other speeds and both policies: the imbalance, the Controller's plan and its timing are
+    the simulator's own. Steps of 30-80 ms (c = 0.4 ms/sample) keep the ranks' wake-up latency
+    on two shared cores (a sleeping slow rank waits for a core while the others poll in MPI) to a
+    few percent.
+    """
+    C = 4e-4
+    STEPS, WARMUP, REPEATS = 20, 5, 3
+
+    def check(self, speeds, batch):
+        p = len(speeds)
+        equal = bench_throughput([1] * p, ["static"], self.C, batch, self.STEPS, self.WARMUP, self.REPEATS)["static"]
+        overhead = max(0.0, batch / equal - (batch / p) * self.C)
+        real = bench_throughput(speeds, ["static", "dd"], self.C, batch, self.STEPS, self.WARMUP, self.REPEATS)
+        res, _ = sim("--speeds", ",".join(map(str, speeds)), "-B", batch, "--seconds-per-sample", self.C,
+                     "--overhead", overhead, "--link-alpha", 0, "--link-beta", 0, "--gradient-bytes", 0,
+                     "--no-charge-decision", "--steps", 60, "--policy", "static", "dd")
+        by = {r["policy"]: r for r in res["policies"]}
+        # static from step 0; dd once its plan is in force (the real dd starts from a probe's split).
+        predicted = {"static": by["static"]["throughput"],
+                     "dd": by["dd"]["settled_efficiency"] * by["dd"]["ideal_throughput"]}
+        ideal = sum(speeds) / self.C
+        print(f"\n{p} ranks, speeds {speeds}, B={batch}, c={self.C} s/sample: calibrated overhead "
+              f"{1e3 * overhead:.2f} ms/step (equal speeds: {equal:.0f} samples/s)")
+        for policy in ("static", "dd"):
+            agreement = predicted[policy] / real[policy]
+            print(f"  {policy:6s} real {real[policy]:8.0f} samples/s (eff {real[policy] / ideal:.3f})   simulated "
+                  f"{predicted[policy]:8.0f} (eff {predicted[policy] / ideal:.3f})   simulated/real {agreement:.3f}")
+            self.assertLessEqual(real[policy], ideal * 1.0001, "efficiency above 1: the measurement is wrong")
+            self.assertLessEqual(predicted[policy], ideal * 1.0001)
+            self.assertLess(abs(agreement - 1.0), 0.10, f"{policy} at {p} ranks: simulated/real = {agreement:.3f}")
+        self.assertGreater(real["dd"], 1.5 * real["static"], "the runs measure what the policies do")
+
+    def test_4_ranks(self):
+        self.check([1, 1, 1, 0.33], 256)
+
+    def test_8_ranks(self):
+        self.check([1, 1, 1, 1, 0.5, 0.5, 0.33, 0.33], 512)
 
 
 if __name__ == "__main__":

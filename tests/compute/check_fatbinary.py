@@ -15,7 +15,7 @@ import struct
 import sys
 
 KERNELS = [b"bias_activation_kernel", b"softmax_cross_entropy_kernel", b"relu_mask_kernel",
-           b"add_to_scalar_kernel", b"fill_kernel", b"sgd_kernel", b"adam_kernel"]
+           b"add_sample_count_kernel", b"fill_kernel", b"sgd_kernel", b"adam_kernel"]
 
 
 def section(path, name):

@@ -4,11 +4,25 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <random>
 #include <vector>
 
+#include "antdt/sample_count.hpp"
+
 namespace antdt::test {
+
+// The sample count in a gradient snapshot's trailing slots (antdt/sample_count.hpp).
+inline std::int64_t count_of(const std::vector<float>& g) {
+  return g.size() < static_cast<std::size_t>(kSampleCountSlots)
+             ? -1
+             : decode_sample_count(g.data() + g.size() - kSampleCountSlots);
+}
+// The gradient sums of a snapshot: everything before the count slots.
+inline std::vector<float> sums_of(const std::vector<float>& g) {
+  return {g.begin(), g.end() - std::min<std::ptrdiff_t>(kSampleCountSlots, static_cast<std::ptrdiff_t>(g.size()))};
+}
 
 struct Samples {
   std::vector<float> features;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "antdt/error.hpp"
@@ -31,8 +32,8 @@ TEST_P(ModelTest, GradientMatchesCentralFiniteDifferences) {
   model->zero_gradients();
   const BatchResult r = model->accumulate(data.x(0), data.y(0), data.size());
   const std::vector<float> g = gradient_snapshot(*model);
-  ASSERT_EQ(static_cast<std::int64_t>(g.size()), model->parameter_count() + 1);
-  EXPECT_EQ(g.back(), 6.0f) << "the count slot holds the samples accumulated";
+  ASSERT_EQ(static_cast<std::int64_t>(g.size()), model->parameter_count() + kSampleCountSlots);
+  EXPECT_EQ(count_of(g), 6) << "the count slots hold the samples accumulated";
   EXPECT_EQ(r.samples, 6);
 
   const std::vector<double> pd(p.begin(), p.end());
@@ -40,7 +41,7 @@ TEST_P(ModelTest, GradientMatchesCentralFiniteDifferences) {
   EXPECT_NEAR(r.loss_sum, loss, 1e-5 * std::fabs(loss));
 
   const std::vector<float> fd = central_difference_gradient(cfg.layers, pd, data);
-  const std::vector<float> analytic(g.begin(), g.end() - 1);
+  const std::vector<float> analytic = sums_of(g);
   EXPECT_LT(relative_error(analytic, fd), 1e-4);
   EXPECT_LT(max_elementwise_error(analytic, fd), 1e-2);
 
@@ -49,6 +50,59 @@ TEST_P(ModelTest, GradientMatchesCentralFiniteDifferences) {
   EXPECT_NEAR(e.loss_sum, r.loss_sum, 1e-6 * std::fabs(loss));
   EXPECT_EQ(e.correct, r.correct);
   EXPECT_EQ(gradient_snapshot(*model), g);
+}
+
+// The count slots' encoding (antdt/sample_count.hpp): it round-trips any count, and the float
+// sums of every rank's slots decode to the exact total, in any order, up to
+// kExactCountMaxRanks ranks at any count and at any number of ranks up to 2^24 samples.
+TEST(SampleCount, DigitSlotsSumExactlyWhereOneFloatDoesNot) {
+  std::vector<float> slots(kSampleCountSlots);
+  for (const std::int64_t n :
+       {std::int64_t{0}, std::int64_t{1}, std::int64_t{15}, std::int64_t{16}, std::int64_t{1} << 24,
+        (std::int64_t{1} << 24) + 1, (std::int64_t{1} << 40) - 1, std::int64_t{1} << 40,
+        (std::int64_t{1} << 62) + 12345, std::numeric_limits<std::int64_t>::max()}) {
+    encode_sample_count(n, slots.data());
+    EXPECT_EQ(decode_sample_count(slots.data()), n);
+    for (int j = 0; j + 1 < kSampleCountSlots; ++j) EXPECT_LE(slots[static_cast<std::size_t>(j)], 15.0f);
+    EXPECT_LT(slots.back(), 8388608.0f) << "the last slot stays below 2^23";
+  }
+  add_sample_count(slots.data(), 0);
+  EXPECT_EQ(decode_sample_count(slots.data()), std::numeric_limits<std::int64_t>::max());
+  encode_sample_count(-5, slots.data());
+  EXPECT_EQ(decode_sample_count(slots.data()), 0) << "a negative count encodes as 0";
+  add_sample_count(slots.data(), 37);
+  add_sample_count(slots.data(), (std::int64_t{1} << 33) + 5);
+  EXPECT_EQ(decode_sample_count(slots.data()), (std::int64_t{1} << 33) + 42);
+
+  // The worst case of the digit slots: kExactCountMaxRanks ranks whose every digit is 15, summed
+  // slot by slot in float, front to back and back to front (two reduction orders).
+  const std::int64_t per_rank = (std::int64_t{1} << 40) - 1 + (std::int64_t{3} << 40);
+  encode_sample_count(per_rank, slots.data());
+  for (const bool reversed : {false, true}) {
+    std::vector<float> sum(kSampleCountSlots, 0.0f), partial(kSampleCountSlots, 0.0f);
+    float one_slot = 0.0f;
+    for (std::int64_t r = 0; r < kExactCountMaxRanks; ++r) {
+      // Every rank holds per_rank except rank 0, added first or last.
+      const std::int64_t rank = reversed ? kExactCountMaxRanks - 1 - r : r;
+      const std::int64_t n = rank == 0 ? 12345 : per_rank;
+      encode_sample_count(n, partial.data());
+      for (std::size_t j = 0; j < sum.size(); ++j) sum[j] += partial[j];
+      one_slot += static_cast<float>(n);
+    }
+    const std::int64_t exact = (kExactCountMaxRanks - 1) * per_rank + 12345;
+    EXPECT_EQ(decode_sample_count(sum.data()), exact);
+    EXPECT_NE(static_cast<std::int64_t>(one_slot), exact) << "one float slot cannot carry this count";
+  }
+  // Not a sum of encodings: -1 (apply_update then skips the step, as for B == 0).
+  encode_sample_count(100, slots.data());
+  for (const float bad : {-1.0f, 0.5f, std::numeric_limits<float>::quiet_NaN(), 16777218.0f}) {
+    std::vector<float> broken = slots;
+    broken[3] = bad;
+    EXPECT_EQ(decode_sample_count(broken.data()), -1) << bad;
+  }
+  std::vector<float> overflow(kSampleCountSlots, 0.0f);
+  overflow.back() = 16777216.0f;  // 2^24 x 2^40 = 2^64: past int64
+  EXPECT_EQ(decode_sample_count(overflow.data()), -1);
 }
 
 TEST_P(ModelTest, SgdMomentumStepsMatchHandWrittenReference) {
@@ -66,7 +120,7 @@ TEST_P(ModelTest, SgdMomentumStepsMatchHandWrittenReference) {
     model->zero_gradients();
     (void)model->accumulate(data.x(0), data.y(0), data.size());
     const std::vector<float> g = gradient_snapshot(*model);
-    const float count = g.back();
+    const auto count = static_cast<float>(count_of(g));
     for (std::size_t i = 0; i < p.size(); ++i) {
       const float grad = g[i] / count + cfg.weight_decay * p[i];
       v[i] = cfg.momentum * v[i] + grad;
@@ -93,7 +147,7 @@ TEST_P(ModelTest, AdamStepsMatchHandWrittenReference) {
     (void)model->accumulate(data.x(0), data.y(0), data.size());
     const std::vector<float> g = gradient_snapshot(*model);
     for (std::size_t i = 0; i < p.size(); ++i) {
-      const double grad = static_cast<double>(g[i]) / g.back();
+      const double grad = static_cast<double>(g[i]) / static_cast<double>(count_of(g));
       m[i] = cfg.beta1 * m[i] + (1.0 - cfg.beta1) * grad;
       v[i] = cfg.beta2 * v[i] + (1.0 - cfg.beta2) * grad * grad;
       const double m_hat = m[i] / (1.0 - std::pow(static_cast<double>(cfg.beta1), t));
@@ -123,7 +177,7 @@ TEST_P(ModelTest, UpdateWithZeroSamplesIsANoOp) {
   model->apply_update();
   EXPECT_EQ(model->parameters(), before);
   EXPECT_EQ(model->optimizer_steps(), 0);
-  EXPECT_EQ(gradient_snapshot(*model).back(), 0.0f);
+  EXPECT_EQ(count_of(gradient_snapshot(*model)), 0);
 }
 
 // Adam's step count t lives with the optimizer (on the device for CUDA): an empty step must
@@ -182,8 +236,8 @@ TEST_P(ModelTest, MicroBatchAccumulationEqualsOneBatch) {
   EXPECT_EQ(a.correct, b.correct);
   EXPECT_NEAR(a.loss_sum, b.loss_sum, 1e-6 * std::fabs(a.loss_sum));
   const auto ga = gradient_snapshot(*whole), gb = gradient_snapshot(*micro);
-  EXPECT_EQ(ga.back(), 23.0f);
-  EXPECT_EQ(gb.back(), 23.0f);
+  EXPECT_EQ(count_of(ga), 23);
+  EXPECT_EQ(count_of(gb), 23);
   EXPECT_LT(relative_error(gb, ga), 1e-5);
 }
 
@@ -220,13 +274,13 @@ TEST_P(ModelTest, OverlappedAccumulateReportsEachFinishedBucketInOrder) {
   auto streamed = make(cfg);
   const std::vector<GradientBucket> buckets = streamed->gradient_buckets();
   // One bucket per layer, last layer first; together they tile the buffer, and the first
-  // holds the count slot.
+  // holds the count slots.
   ASSERT_EQ(buckets.size(), 3u);
   EXPECT_EQ(buckets[0].offset + buckets[0].count, streamed->gradient_count());
   EXPECT_EQ(buckets[1].offset + buckets[1].count, buckets[0].offset);
   EXPECT_EQ(buckets[2].offset + buckets[2].count, buckets[1].offset);
   EXPECT_EQ(buckets[2].offset, 0);
-  EXPECT_EQ(buckets[0].count, 16 * 4 + 4 + 1);
+  EXPECT_EQ(buckets[0].count, 16 * 4 + 4 + kSampleCountSlots);
 
   const Samples data = gaussian_clusters(20, 6, 4, 2.0, 9);
   plain->zero_gradients();
@@ -242,7 +296,7 @@ TEST_P(ModelTest, OverlappedAccumulateReportsEachFinishedBucketInOrder) {
   EXPECT_EQ(listener.order, (std::vector<std::size_t>{0, 1, 2}));
   const std::vector<float> final_sums = gradient_snapshot(*streamed);
   EXPECT_EQ(final_sums, gradient_snapshot(*plain)) << "streaming changes no number";
-  EXPECT_EQ(final_sums.back(), 20.0f);
+  EXPECT_EQ(count_of(final_sums), 20);
   ASSERT_EQ(listener.seen.size(), buckets.size());
   for (std::size_t i = 0; i < buckets.size(); ++i) {
     const auto first = final_sums.begin() + buckets[i].offset;
@@ -261,7 +315,7 @@ TEST_P(ModelTest, StateRoundTripsAndSizesAreChecked) {
   cfg.optimizer = OptimizerKind::adam;
   auto model = make(cfg);
   EXPECT_EQ(model->parameter_count(), 3 * 5 + 5 + 5 * 2 + 2);
-  EXPECT_EQ(model->gradient_count(), model->parameter_count() + 1);
+  EXPECT_EQ(model->gradient_count(), model->parameter_count() + kSampleCountSlots);
   EXPECT_EQ(model->input_dim(), 3);
   EXPECT_EQ(model->num_classes(), 2);
   EXPECT_EQ(model->backend(), GetParam());

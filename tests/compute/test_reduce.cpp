@@ -15,7 +15,9 @@
 #include "antdt/error.hpp"
 #include "antdt/model.hpp"
 #include "antdt/reduce.hpp"
+#include "antdt/sample_count.hpp"
 #include "compute_test_support.hpp"
+#include "core/device_copy.hpp"
 
 #if ANTDT_HAVE_NCCL
 #include <nccl.h>
@@ -122,8 +124,9 @@ TEST_P(ReduceTest, AnySplitMatchesOneRankOnTheSameSamples) {
               reducer->allreduce_sum(model->gradient_buffer(), model->gradient_count());
             }
             const std::vector<float> g = gradient_snapshot(*model);
-            EXPECT_EQ(g.back(), static_cast<float>(kBatch)) << "the reduced count is the global batch";
-            EXPECT_LT(relative_error(g, reference_grads[static_cast<std::size_t>(step)]), 1e-5) << "step " << step;
+            EXPECT_EQ(count_of(g), kBatch) << "the reduced count is the global batch";
+            EXPECT_LT(relative_error(sums_of(g), sums_of(reference_grads[static_cast<std::size_t>(step)])), 1e-5)
+                << "step " << step;
             model->apply_update();
           }
           const std::vector<float> expected = reference->parameters();
@@ -134,6 +137,79 @@ TEST_P(ReduceTest, AnySplitMatchesOneRankOnTheSameSamples) {
         }
       }
     }
+  }
+}
+
+// Global counts above 2^24 (16.7M samples per step, which 10,000 ranks at 2,048 samples pass)
+// stay exact: each rank's buffer is made to hold 2^24 + a few samples (an odd total, which no
+// float holds exactly) with the sums of 2^24 samples of the same mean gradient, the buffer is
+// reduced (fused, and overlapped where the reducer overlaps), and the decoded count and the SGD
+// update must use the exact global count. One float slot would have rounded every count.
+TEST_P(ReduceTest, SampleCountsAbove2To24StayExact) {
+  auto reducer = make_reducer(comm_, device_);
+  MlpConfig cfg;
+  cfg.layers = {5, 7, 3};
+  cfg.optimizer = OptimizerKind::sgd;
+  cfg.momentum = 0.0f;
+  cfg.learning_rate = 0.5f;
+  cfg.weight_decay = 0.0f;
+  const Samples data = gaussian_clusters(4 * comm_.size(), 5, 3, 3.0, 23);
+  // Rank 0: 2^24 + 1, which no float holds; the others 2^24 + 2r + 2: an odd total.
+  const auto count_of_rank = [](int r) { return (std::int64_t{1} << 24) + (r == 0 ? 1 : 2 * std::int64_t{r} + 2); };
+  std::int64_t expected_total = 0;
+  float float_total = 0.0f;  // what one float slot would have summed
+  for (int r = 0; r < comm_.size(); ++r) {
+    expected_total += count_of_rank(r);
+    float_total += static_cast<float>(count_of_rank(r));
+  }
+  ASSERT_NE(static_cast<std::int64_t>(float_total), expected_total) << "one float slot would be wrong here";
+  for (const bool overlap : {false, true}) {
+    SCOPED_TRACE(overlap ? "overlapped" : "fused");
+    auto model = make(cfg);
+    const std::vector<float> before = model->parameters();
+    model->zero_gradients();
+    (void)model->accumulate(data.x(4 * comm_.rank()), data.y(4 * comm_.rank()), 4);
+    // As if this rank had accumulated count_of_rank samples: sums x 2^22 (exact), count slots.
+    std::vector<float> local = gradient_snapshot(*model);
+    ASSERT_EQ(count_of(local), 4);
+    const auto p = static_cast<std::size_t>(model->parameter_count());
+    for (std::size_t i = 0; i < p; ++i) local[i] *= 4194304.0f;
+    encode_sample_count(count_of_rank(comm_.rank()), local.data() + p);
+    if (device_.backend == Backend::host) {
+      std::copy(local.begin(), local.end(), model->gradient_buffer());
+    } else {
+      detail::copy_host_to_device(model->gradient_buffer(), local.data(), local.size() * sizeof(float));
+    }
+    std::unique_ptr<OverlappedReduction> pending;
+    if (overlap) {
+      pending = reducer->begin_overlapped(model->gradient_buffer(), model->gradient_count(), model->gradient_buckets());
+      if (!pending) {
+        EXPECT_EQ(reducer->name(), "nccl") << "only NCCL does not overlap";
+        continue;
+      }
+      // What accumulate_overlapped would do: the finished buffer (copied to host_copy() for a
+      // device buffer), then every bucket.
+      if (float* copy = pending->host_copy()) std::copy(local.begin(), local.end(), copy);
+      for (std::size_t b = 0; b < model->gradient_buckets().size(); ++b) pending->ready(b);
+      pending->finish();
+    } else {
+      reducer->allreduce_sum(model->gradient_buffer(), model->gradient_count());
+    }
+    const std::vector<float> reduced = gradient_snapshot(*model);
+    EXPECT_EQ(count_of(reduced), expected_total) << "the reduced count is exact";
+    // The sums are the plain float sums of the ranks' sums, untouched by the count.
+    std::vector<float> sums = sums_of(local);
+    MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(sums.size()), MPI_FLOAT, MPI_SUM, comm_.get());
+    EXPECT_LT(relative_error(sums_of(reduced), sums), 1e-6);
+    model->apply_update();
+    // p -= lr * sums / B, with B exact (its nearest float, as any division by B is).
+    const float inv = 1.0f / static_cast<float>(expected_total);
+    std::vector<float> expected = before;
+    for (std::size_t i = 0; i < expected.size(); ++i) expected[i] -= cfg.learning_rate * (sums[i] * inv);
+    const std::vector<float> got = model->parameters();
+    EXPECT_LT(max_elementwise_error(got, expected), 1e-6);
+    EXPECT_NE(got, before) << "the update moved the parameters";
+    EXPECT_EQ(model->optimizer_steps(), 1);
   }
 }
 
@@ -171,7 +247,7 @@ TEST_P(ReduceTest, OverlappedReductionRefusesMisuse) {
   EXPECT_THROW(pending->ready(0), UsageError) << "a bucket reported twice";
   pending->finish();
   EXPECT_THROW(pending->finish(), UsageError);
-  EXPECT_EQ(gradient_snapshot(*model).back(), static_cast<float>(8 * comm_.size()));
+  EXPECT_EQ(count_of(gradient_snapshot(*model)), 8 * comm_.size());
 }
 
 TEST_P(ReduceTest, PicksNcclOnlyWhereEveryRankCanUseIt) {
@@ -234,8 +310,8 @@ TEST(MixedBackends, HostAndDeviceRanksReduceTogetherFusedAndOverlapped) {
       reducer->allreduce_sum(model->gradient_buffer(), model->gradient_count());
     }
     const std::vector<float> got = gradient_snapshot(*model);
-    EXPECT_EQ(got.back(), static_cast<float>(kBatch));
-    EXPECT_LT(relative_error(got, expected), 1e-5);
+    EXPECT_EQ(count_of(got), kBatch);
+    EXPECT_LT(relative_error(sums_of(got), sums_of(expected)), 1e-5);
   }
 }
 

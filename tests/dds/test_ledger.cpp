@@ -517,3 +517,309 @@ TEST(Coordinator, GrantsAreCutToEachRanksTarget) {
   EXPECT_EQ(coordinator.ledger().held(0), 80);
   EXPECT_EQ(coordinator.ledger().held(1), 10);
 }
+
+TEST(ShardMap, IndexRangesHoldExactlyTheIndicesOfARun) {
+  for (bool within : {false, true}) {
+    auto o = opts(103, 10, true);
+    o.shuffle_within_shard = within;
+    const ShardMap map(o);
+    for (std::int64_t epoch : {0, 3}) {
+      for (std::int64_t s = 0; s < map.num_shards(); ++s) {
+        const std::int64_t length = map.shard_length(s);
+        for (const auto& [begin, end] : std::vector<std::pair<std::int64_t, std::int64_t>>{
+                 {0, length}, {0, 1}, {1, length}, {2, 2}, {length / 3, length - 1}}) {
+          if (end < begin) continue;
+          const Grant run{epoch, s, begin, end, 0};
+          std::vector<std::int64_t> indices;
+          map.append_indices(run, indices);
+          std::vector<IndexRange> ranges;
+          map.append_index_ranges(run, ranges);
+          std::vector<std::int64_t> expanded;
+          for (const auto& r : ranges) {
+            ASSERT_LT(r.begin, r.end);
+            for (std::int64_t i = r.begin; i < r.end; ++i) expanded.push_back(i);
+          }
+          std::sort(indices.begin(), indices.end());
+          std::sort(expanded.begin(), expanded.end());
+          EXPECT_EQ(expanded, indices) << "epoch " << epoch << " shard " << s << " [" << begin << ", " << end << ")";
+          if (begin < end && (!within || (begin == 0 && end == length))) {
+            EXPECT_EQ(ranges.size(), 1U) << "a contiguous image is one range";
+          }
+        }
+      }
+    }
+    std::vector<IndexRange> out;
+    EXPECT_THROW(map.append_index_ranges(Grant{0, 0, 3, 11, 0}, out), antdt::UsageError);
+  }
+}
+
+namespace {
+
+// The fields of a Coordinator blob (version 2), to rebuild it with changes.
+struct CoordinatorBlob {
+  std::vector<std::byte> ledger;
+  std::vector<Coordinator::EpochCoverage> done;
+  struct Open {
+    std::int64_t epoch, committed, duplicated;
+    std::vector<IndexRange> runs;  // the covered indices, however they were saved
+    bool saved_as_runs = true;
+  };
+  std::vector<Open> open;
+
+  static CoordinatorBlob parse(const std::vector<std::byte>& bytes) {
+    antdt::detail::ByteReader in(bytes);
+    (void)in.get<std::uint64_t>();
+    EXPECT_EQ(in.get<std::uint32_t>(), 2U);
+    CoordinatorBlob b;
+    b.ledger = in.get_vector<std::byte>();
+    b.done = in.get_vector<Coordinator::EpochCoverage>();
+    const auto n = in.get<std::uint64_t>();
+    for (std::uint64_t i = 0; i < n; ++i) {
+      Open o{in.get<std::int64_t>(), in.get<std::int64_t>(), in.get<std::int64_t>(), {}};
+      o.saved_as_runs = in.get<std::uint8_t>() == 1;
+      if (o.saved_as_runs) {
+        o.runs = in.get_vector<IndexRange>();
+      } else {
+        const auto bits = in.get_vector<std::uint64_t>();
+        for (std::int64_t k = 0; k < static_cast<std::int64_t>(bits.size()) * 64; ++k) {
+          if (((bits[static_cast<std::size_t>(k / 64)] >> (k % 64)) & 1U) == 0) continue;
+          if (!o.runs.empty() && o.runs.back().end == k) {
+            ++o.runs.back().end;
+          } else {
+            o.runs.push_back(IndexRange{k, k + 1});
+          }
+        }
+      }
+      b.open.push_back(std::move(o));
+    }
+    EXPECT_TRUE(in.done());
+    return b;
+  }
+  // Version 2 writes the runs; version 1 writes each open epoch's raw bitmap of N bits.
+  [[nodiscard]] std::vector<std::byte> write(std::uint32_t version, std::int64_t n) const {
+    antdt::detail::ByteWriter w;
+    w.put<std::uint64_t>(0x5244524F4F435344ULL);
+    w.put(version);
+    w.put_vector(ledger);
+    w.put_vector(done);
+    w.put<std::uint64_t>(open.size());
+    for (const auto& o : open) {
+      w.put(o.epoch);
+      w.put(o.committed);
+      w.put(o.duplicated);
+      if (version == 2) {
+        w.put<std::uint8_t>(1);
+        w.put_vector(o.runs);
+        continue;
+      }
+      std::vector<std::uint64_t> bits(static_cast<std::size_t>((n + 63) / 64), 0);
+      for (const auto& r : o.runs) {
+        for (std::int64_t i = r.begin; i < r.end; ++i) bits[static_cast<std::size_t>(i / 64)] |= 1ULL << (i % 64);
+      }
+      w.put_vector(bits);
+    }
+    return w.take();
+  }
+};
+
+// Steps of a coordinator with clients that take what they are granted; every index taken is
+// counted in `taken` (per epoch of data, indices only), and the per-rank sequences in `trace`.
+struct Job {
+  LedgerOptions options;
+  int world;
+  std::vector<Client> clients;
+  std::vector<std::vector<std::int64_t>> trace;
+
+  Job(const LedgerOptions& o, int w) : options(o), world(w), clients(static_cast<std::size_t>(w), Client(o)) {
+    trace.resize(static_cast<std::size_t>(w));
+  }
+  std::int64_t base_demand = 5;
+
+  [[nodiscard]] std::vector<std::int64_t> demand(int step) const {
+    std::vector<std::int64_t> d(static_cast<std::size_t>(world));
+    for (int r = 0; r < world; ++r) d[static_cast<std::size_t>(r)] = base_demand * (1 + (r * 7 + step) % 5) + r % 3;
+    return d;
+  }
+  void receive(const std::vector<Grant>& grants) {
+    std::vector<std::vector<Grant>> mine(static_cast<std::size_t>(world));
+    for (const auto& g : grants) mine[static_cast<std::size_t>(g.rank)].push_back(g);
+    for (int r = 0; r < world; ++r) clients[static_cast<std::size_t>(r)].add(mine[static_cast<std::size_t>(r)], r);
+  }
+  // One step: take, commit (dropping `dropped`), grant for the next.
+  void step(Coordinator& c, int s, const std::vector<int>& dropped = {}) {
+    const auto d = demand(s);
+    std::vector<std::int64_t> consumed(static_cast<std::size_t>(world));
+    for (int r = 0; r < world; ++r) {
+      auto idx = clients[static_cast<std::size_t>(r)].take(d[static_cast<std::size_t>(r)]);
+      consumed[static_cast<std::size_t>(r)] = static_cast<std::int64_t>(idx.size());
+      auto& t = trace[static_cast<std::size_t>(r)];
+      t.insert(t.end(), idx.begin(), idx.end());
+    }
+    c.commit_step(consumed, dropped);
+    receive(c.grant(demand(s + 1)));
+  }
+};
+
+}  // namespace
+
+// The coverage of open epochs is saved as runs (version 2); a version-1 checkpoint, with raw
+// bitmaps, restores to the same state, and the runs the counter saved are exactly the indices
+// the clients trained on.
+TEST(Coordinator, RestoresVersionOneBitmapsAndSavesRunsOfWhatWasTrained) {
+  for (bool within : {false, true}) {
+    auto o = opts(20011, 200, true, 2);
+    o.shuffle_within_shard = within;
+    Job job(o, 3);
+    job.base_demand = 100;
+    Coordinator c(o, 3);
+    job.receive(c.grant(job.demand(0)));
+    for (int s = 0; s < 12; ++s) job.step(c, s);
+    ASSERT_EQ(c.ledger().completed_epochs(), 0);
+    const auto v2 = c.serialize();
+    const CoordinatorBlob blob = CoordinatorBlob::parse(v2);
+    ASSERT_EQ(blob.open.size(), 1U);
+    // Grants of whole shards of 200 make runs of 100 bits or more: as runs, smaller than the bitmap.
+    if (!within) {
+      EXPECT_TRUE(blob.open[0].saved_as_runs);
+    }
+    std::set<std::int64_t> trained;
+    for (const auto& t : job.trace) trained.insert(t.begin(), t.end());
+    std::set<std::int64_t> covered;
+    std::int64_t previous_end = -1;
+    for (const auto& r : blob.open[0].runs) {
+      EXPECT_GT(r.begin, previous_end) << "maximal runs, in order";
+      previous_end = r.end;
+      for (std::int64_t i = r.begin; i < r.end; ++i) covered.insert(i);
+    }
+    EXPECT_EQ(covered, trained);
+
+    const auto v1 = blob.write(1, o.dataset_size);
+    Coordinator from_v1 = Coordinator::restore(v1, 3);
+    Coordinator from_v2 = Coordinator::restore(v2, 3);
+    const auto saved = from_v2.serialize();
+    EXPECT_EQ(from_v1.serialize(), saved) << "a version-1 checkpoint restores to the same state";
+    EXPECT_EQ(Coordinator::restore(saved, 3).serialize(), saved);
+    for (Coordinator* back : {&from_v1, &from_v2}) {
+      Job rest(o, 3);
+      rest.base_demand = 100;
+      rest.receive(back->grant(rest.demand(12)));
+      for (int s = 12; !back->ledger().exhausted() && s < 400; ++s) rest.step(*back, s);
+      ASSERT_TRUE(back->ledger().exhausted());
+      ASSERT_EQ(back->coverage().size(), 2U);
+      for (const auto& cov : back->coverage()) {
+        EXPECT_EQ(cov.committed, o.dataset_size);
+        EXPECT_EQ(cov.missing, 0);
+        EXPECT_EQ(cov.duplicated, 0);
+      }
+    }
+  }
+}
+
+TEST(Coordinator, RestoreRejectsBadCoverageRuns) {
+  const auto o = opts(200, 10, true);
+  Job job(o, 2);
+  Coordinator c(o, 2);
+  job.receive(c.grant(job.demand(0)));
+  for (int s = 0; s < 3; ++s) job.step(c, s);
+  const CoordinatorBlob good = CoordinatorBlob::parse(c.serialize());
+  ASSERT_EQ(good.open.size(), 1U);
+  ASSERT_NO_THROW((void)Coordinator::restore(good.write(2, 200), 2));
+  ASSERT_NO_THROW((void)Coordinator::restore(good.write(1, 200), 2));
+  const std::int64_t committed = good.open[0].committed;
+  auto with_runs = [&](std::vector<IndexRange> runs, std::int64_t count) {
+    CoordinatorBlob b = good;
+    b.open[0].runs = std::move(runs);
+    b.open[0].committed = count;
+    return b.write(2, 200);
+  };
+  const std::int64_t half = committed / 2;
+  // Right count, bad runs; then good runs, wrong count.
+  for (const auto& runs : std::vector<std::vector<IndexRange>>{{{0, half}, {half, committed}},  // touching: not maximal
+                                                               {{half + 5, committed + 5}, {0, half}},  // out of order
+                                                               {{0, half + 1}, {half, committed - 1}},  // overlapping
+                                                               {{201 - committed, 201}},                // past N
+                                                               {{-1, committed - 1}},                   // negative
+                                                               {{3, 3}, {10, 10 + committed}}}) {       // empty run
+    EXPECT_THROW((void)Coordinator::restore(with_runs(runs, committed), 2), antdt::CheckpointError);
+  }
+  EXPECT_THROW((void)Coordinator::restore(with_runs({{0, committed}}, committed + 1), 2), antdt::CheckpointError);
+  EXPECT_NO_THROW((void)Coordinator::restore(with_runs({{0, committed}}, committed), 2));
+  CoordinatorBlob twice = good;
+  twice.open.push_back(twice.open[0]);
+  EXPECT_THROW((void)Coordinator::restore(twice.write(2, 200), 2), antdt::CheckpointError);
+  auto v3 = good.write(2, 200);
+  v3[8] = std::byte{3};
+  EXPECT_THROW((void)Coordinator::restore(v3, 2), antdt::CheckpointError);
+}
+
+// 10^6 shards, two open epochs, failures and a dropped rank, checkpointed and restored on the
+// same world size (the resumed run takes exactly the indices the uninterrupted one does) and
+// on another (every sample of every epoch still once). Speed is measured by
+// antdt-bench-dds section [4], not here.
+TEST(Coordinator, OneMillionShardCheckpointRoundTripsExactly) {
+  auto o = opts(2'000'003, 2, true, 3);
+  const int world = 48;
+  constexpr std::int64_t kDemand = 150;  // an epoch in about 50 steps
+  Job straight(o, world);
+  straight.base_demand = kDemand;
+  Coordinator c(o, world);
+  straight.receive(c.grant(straight.demand(0)));
+  ASSERT_EQ(c.ledger().map().num_shards(), 1'000'002);
+  int s = 0;
+  while (c.ledger().counts().size() < 2) straight.step(c, s++);
+  for (int k = 0; k < 3; ++k) straight.step(c, s++, k == 1 ? std::vector<int>{7} : std::vector<int>{});
+  (void)c.fail_rank(5);
+  straight.clients[5].clear();
+  straight.receive(c.grant(straight.demand(s)));
+  const int cut = s;
+  const auto bytes = c.serialize();
+  // Each open epoch's coverage is saved as runs or as the raw bitmap, whichever is smaller.
+  const CoordinatorBlob blob = CoordinatorBlob::parse(bytes);
+  ASSERT_EQ(blob.open.size(), 2U);
+  EXPECT_LE(bytes.size(), blob.ledger.size() + 2 * (o.dataset_size / 8 + 8) + 1024);
+
+  Coordinator back = Coordinator::restore(bytes, world);
+  EXPECT_EQ(back.coverage(), c.coverage());
+  const auto again = back.serialize();
+  EXPECT_EQ(Coordinator::restore(again, world).serialize(), again);
+  const auto before = c.ledger().counts(), after = back.ledger().counts();
+  ASSERT_EQ(after.size(), before.size());
+  for (std::size_t i = 0; i < before.size(); ++i) {
+    EXPECT_EQ(after[i].epoch, before[i].epoch);
+    EXPECT_EQ(after[i].done, before[i].done);
+    EXPECT_EQ(after[i].doing_remaining, 0);
+    EXPECT_EQ(after[i].todo, before[i].todo + before[i].doing_remaining);
+  }
+  for (int r = 0; r < world; ++r) EXPECT_EQ(back.ledger().reserved(r), c.ledger().held(r)) << "rank " << r;
+
+  Job resumed(o, world);
+  resumed.base_demand = kDemand;
+  resumed.receive(back.grant(resumed.demand(cut)));
+  for (int k = cut; !c.ledger().exhausted(); ++k) straight.step(c, k);
+  for (int k = cut; !back.ledger().exhausted(); ++k) resumed.step(back, k);
+  for (int r = 0; r < world; ++r) {
+    const auto& full = straight.trace[static_cast<std::size_t>(r)];
+    const auto& tail = resumed.trace[static_cast<std::size_t>(r)];
+    ASSERT_LE(tail.size(), full.size());
+    EXPECT_TRUE(std::equal(tail.rbegin(), tail.rend(), full.rbegin())) << "rank " << r << " after the restore";
+  }
+  EXPECT_EQ(back.coverage(), c.coverage());
+  ASSERT_EQ(back.coverage().size(), 3U);
+  for (const auto& cov : back.coverage()) {
+    EXPECT_EQ(cov.committed, o.dataset_size);
+    EXPECT_EQ(cov.missing, 0);
+    EXPECT_EQ(cov.duplicated, 0);
+  }
+
+  Coordinator elastic = Coordinator::restore(bytes, 31);
+  Job other(o, 31);
+  other.base_demand = kDemand;
+  other.receive(elastic.grant(other.demand(cut)));
+  for (int k = cut; !elastic.ledger().exhausted(); ++k) other.step(elastic, k);
+  ASSERT_EQ(elastic.coverage().size(), 3U);
+  for (const auto& cov : elastic.coverage()) {
+    EXPECT_EQ(cov.committed, o.dataset_size);
+    EXPECT_EQ(cov.missing, 0);
+    EXPECT_EQ(cov.duplicated, 0);
+  }
+}

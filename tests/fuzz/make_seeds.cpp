@@ -77,6 +77,8 @@ void dds_seeds() {
       {"epochs", ledger_options(20, 4, true, false, 0), 2, 12, 3, false},
       {"failed", ledger_options(64, 8, false, false, 2), 4, 5, 3, true},
       {"exhausted", ledger_options(9, 3, false, false, 1), 1, 8, 3, false},
+      // Shards of 256: the coordinator saves its coverage as runs (smaller than the bitmap).
+      {"runs", ledger_options(4096, 256, true, false, 0), 2, 3, 100, false},
   };
   for (const auto& k : cases) {
     const Coordinator c = run_coordinator(k.options, k.world, k.steps, k.demand, k.fail);

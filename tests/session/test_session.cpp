@@ -23,6 +23,7 @@
 #include "antdt/session.hpp"
 #include "core/bytes.hpp"
 #include "core/plan_codec.hpp"
+#include "session/session_setup.hpp"
 
 using namespace antdt;
 
@@ -335,6 +336,28 @@ TEST(Session, UserReduceAveragesOverAllSamples) {
   EXPECT_FLOAT_EQ(g[1], 1.0f);
 }
 
+// Session::reduce carries the count in digit slots of its one all-reduce: counts past 2^24, odd
+// (no float holds them), come back exact, and the sums are divided by that exact count.
+TEST(Session, UserReduceCountsAbove2To24Exactly) {
+  SessionOptions o;
+  o.dataset_size = 100;
+  o.global_batch = 10;
+  o.max_steps = 1;
+  o.controller.policy = "static";
+  Session s(MPI_COMM_WORLD, o);
+  (void)s.begin_step();
+  const int rank = s.rank();
+  const std::int64_t mine = (std::int64_t{1} << 24) + (rank == 0 ? 1 : 2 * rank + 2);
+  std::int64_t total = 0;
+  for (int r = 0; r < s.size(); ++r) total += (std::int64_t{1} << 24) + (r == 0 ? 1 : 2 * r + 2);
+  std::vector<float> g{static_cast<float>(mine), 3.0f * static_cast<float>(mine)};  // sums of mean 1 and 3
+  const std::int64_t b = s.reduce(g, mine);
+  s.end_step();
+  EXPECT_EQ(b, total);
+  EXPECT_NEAR(g[0], 1.0f, 1e-6);
+  EXPECT_NEAR(g[1], 3.0f, 3e-6);
+}
+
 TEST(Session, RestoreReplaysAndElasticRestoreKeepsExactlyOnce) {
   // Checkpoint after 9 steps; (a) a same-size restore replays the very same samples per
   // rank; (b) a restore onto a smaller communicator (world - 1 ranks) finishes the epochs
@@ -453,6 +476,13 @@ TEST(Session, BadOptionsAreUsageErrors) {
   o.max_steps = 1;
   o.emulation.speeds = std::vector<double>(static_cast<std::size_t>(world_size() + 1), 1.0);
   EXPECT_THROW(Session(MPI_COMM_WORLD, o), UsageError) << "one speed per rank";
+  // Past kExactCountMaxRanks ranks the reduced count is exact only up to 2^24 samples per step.
+  o.emulation.speeds.clear();
+  o.global_batch = (std::int64_t{1} << 24) + 1;
+  EXPECT_NO_THROW(detail::validate_session_options(o, static_cast<int>(kExactCountMaxRanks)));
+  EXPECT_THROW(detail::validate_session_options(o, static_cast<int>(kExactCountMaxRanks) + 1), UsageError);
+  o.global_batch = std::int64_t{1} << 24;
+  EXPECT_NO_THROW(detail::validate_session_options(o, static_cast<int>(kExactCountMaxRanks) + 1));
 }
 
 TEST(Session, DevicePriorsSeedTheFirstSplit) {

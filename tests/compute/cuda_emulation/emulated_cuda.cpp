@@ -996,12 +996,13 @@ cudaError_t relu_mask(cudaStream_t stream, float* delta, const float* activation
   return for_each_element(call, count, [&](std::int64_t i) { math::relu_mask(delta, activation, i); });
 }
 
-cudaError_t add_to_scalar(cudaStream_t stream, float* slot, float value) {
+cudaError_t add_sample_count(cudaStream_t stream, float* slots, std::int64_t n) {
   State& s = state();
   std::lock_guard lock(s.mutex);
-  Call call(s, "add_to_scalar", stream);
-  if (!call.device(slot, sizeof(float), "slot", Use::write).check()) return cudaErrorInvalidValue;
-  return for_each_element(call, 1, [&](std::int64_t) { *slot += value; });
+  Call call(s, "add_sample_count", stream);
+  // Read and written: a write is checked against every other stream's reads and writes.
+  if (!call.device(slots, floats(kSampleCountSlots), "count slots", Use::write).check()) return cudaErrorInvalidValue;
+  return for_each_element(call, 1, [&](std::int64_t) { antdt::add_sample_count(slots, n); });
 }
 
 cudaError_t fill(cudaStream_t stream, float* x, float value, std::int64_t count) {
@@ -1013,17 +1014,18 @@ cudaError_t fill(cudaStream_t stream, float* x, float value, std::int64_t count)
   return for_each_element(call, count, [&](std::int64_t i) { x[i] = value; });
 }
 
-cudaError_t prepare_update(cudaStream_t stream, const float* count_slot, std::int64_t* steps, float beta1, float beta2,
+cudaError_t prepare_update(cudaStream_t stream, const float* count_slots, std::int64_t* steps, float beta1, float beta2,
                            math::UpdateCoefficients* out) {
   State& s = state();
   std::lock_guard lock(s.mutex);
   Call call(s, "prepare_update", stream);
-  call.device(count_slot, sizeof(float), "count slot", Use::read)
+  call.device(count_slots, floats(kSampleCountSlots), "count slots", Use::read)
       .device(steps, sizeof(std::int64_t), "step counter", Use::write)
       .device(out, sizeof(math::UpdateCoefficients), "coefficients", Use::write);
   if (!call.check()) return cudaErrorInvalidValue;
-  return for_each_element(call, 1,
-                          [&](std::int64_t) { math::update_coefficients(*count_slot, *steps, beta1, beta2, *out); });
+  return for_each_element(call, 1, [&](std::int64_t) {
+    math::update_coefficients(antdt::decode_sample_count(count_slots), *steps, beta1, beta2, *out);
+  });
 }
 
 cudaError_t sgd_step(cudaStream_t stream, float* p, float* momentum, const float* grad_sum, std::int64_t count,
