@@ -80,7 +80,14 @@ Hdf5Dataset::Hdf5Dataset(const std::string& path, Hdf5Names names, ReadMode mode
     if (H5Pset_fapl_mpio(h_->fapl.get(), comm, MPI_INFO_NULL) < 0) throw fail("", "cannot select the MPI-IO driver");
   }
   h_->file = detail::h5_file(H5Fopen(path_.c_str(), H5F_ACC_RDONLY, h_->fapl.get()));
-  if (!h_->file.valid()) throw fail("", "cannot be opened read-only");
+  if (!h_->file.valid()) {
+    // A file cut short (a copy or a write that stopped, a full disk) fails here with HDF5's
+    // "truncated file: eof = ..."; say so in words, with HDF5's own reason.
+    const std::string why = detail::h5_error_message();
+    throw fail("", (why.find("truncated") != std::string::npos
+                        ? "is truncated (shorter than HDF5 recorded: " + why + "); copy or write it again"
+                        : "cannot be opened read-only: " + why + "; it may be damaged or truncated"));
+  }
 
   auto open_set = [&](const std::string& set) {
     if (H5Lexists(h_->file.get(), set.c_str(), H5P_DEFAULT) <= 0) {
