@@ -123,6 +123,7 @@ std::string summary_json(const RunSummary& s) {
   o << "  \"read_ahead_fraction\": " << json_number(s.read_ahead_fraction) << ",\n";
   o << "  \"reduce_overlap\": " << (s.reduce_overlap ? "true" : "false") << ",\n";
   o << "  \"job_id\": " << json_string(s.job_id) << ",\n";
+  o << "  \"model_layers\": " << json_array(s.model_layers) << ",\n";
   o << "  \"emulated\": " << (s.emulated ? "true" : "false") << ",\n";
   o << "  \"emulation\": " << json_string(s.emulation) << ",\n";
   o << "  \"emulated_speeds\": " << json_array(s.emulated_speeds) << ",\n";
@@ -143,6 +144,8 @@ std::string summary_json(const RunSummary& s) {
   o << "  \"final_split\": " << json_array(s.final_split) << ",\n";
   o << "  \"duplicated_samples\": " << s.duplicated_samples << ",\n";
   o << "  \"missing_samples\": " << s.missing_samples << ",\n";
+  o << "  \"non_finite_dropped\": " << s.non_finite_dropped << ",\n";
+  o << "  \"eval_non_finite_dropped\": " << s.eval_non_finite_dropped << ",\n";
   o << "  \"final_loss\": " << json_number(s.final_loss) << ",\n";
   if (s.eval_loss) o << "  \"eval_loss\": " << json_number(*s.eval_loss) << ",\n";
   if (s.eval_accuracy) o << "  \"eval_accuracy\": " << json_number(*s.eval_accuracy) << ",\n";
@@ -210,6 +213,10 @@ std::string summary_text(const RunSummary& s) {
   }
   o << "samples duplicated " << s.duplicated_samples << ", missing " << s.missing_samples << " (over "
     << s.coverage.size() << " completed epochs)\n";
+  if (s.non_finite_dropped > 0 || s.eval_non_finite_dropped > 0) {
+    o << "samples left out for a NaN or infinite feature (--skip-non-finite): " << s.non_finite_dropped
+      << " of the training set, " << s.eval_non_finite_dropped << " of the evaluation set\n";
+  }
   o << std::setprecision(5) << "final training loss " << s.final_loss;
   if (s.eval_accuracy) o << ", eval loss " << *s.eval_loss << ", eval accuracy " << *s.eval_accuracy;
   o << "\n";
@@ -236,7 +243,7 @@ class StreamedFile {
     check();
   }
   void check() {
-    if (!out_) throw FileError("error while writing " + path_ + " (is the disk full?)");
+    if (!out_) throw WriteError("error while writing " + path_ + " (is the disk full?)");
   }
   void close() {
     out_.flush();
