@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <numeric>
@@ -10,6 +11,8 @@
 #include "antdt/checkpoint.hpp"
 #include "antdt/error.hpp"
 #include "antdt/log.hpp"
+#include "cli/cli_common.hpp"
+#include "cli/paths.hpp"
 
 namespace antdt::train {
 
@@ -32,16 +35,41 @@ void Trainer::reserve_batch() {
 }
 
 void Trainer::save_checkpoint() {
-  if (!root()) return;
-  CheckpointWriter w(ckpt_dir, session.step());
-  session.save(w);
-  save_model_state(w, model);
-  w.put_int64s("model/layers", layers);
-  w.put_string("model/optimizer", o.optimizer);
-  w.put_uint64s("rng/seeds", std::vector<std::uint64_t>{o.model_seed, o.data_seed, o.emulate_seed, o.synthetic_seed});
-  w.put_string("run/job_id", job);
-  const std::string path = w.commit(o.checkpoint_keep);
-  ANTDT_LOG(debug) << "checkpoint " << path;
+  cli::agree(session.comm().get(), [&] {
+    if (!root()) return;
+    CheckpointWriter w(ckpt_dir, session.step());
+    session.save(w);
+    save_model_state(w, model);
+    w.put_int64s("model/layers", layers);
+    w.put_string("model/optimizer", o.optimizer);
+    w.put_uint64s("rng/seeds", std::vector<std::uint64_t>{o.model_seed, o.data_seed, o.emulate_seed, o.synthetic_seed});
+    w.put_string("run/job_id", job);
+    const std::string path = w.commit(o.checkpoint_keep);
+    ANTDT_LOG(debug) << "checkpoint " << path;
+  });
+}
+
+void Trainer::stop_non_finite(const std::string& what, double loss) {
+  const int world = session.size();
+  std::vector<int> bad(static_cast<std::size_t>(world), 0);
+  bad[static_cast<std::size_t>(session.rank())] = std::isfinite(loss) ? 0 : 1;
+  ANTDT_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, bad.data(), world, MPI_INT, MPI_MAX, session.comm().get()));
+  std::string ranks;
+  int count = 0;
+  for (int r = 0; r < world; ++r) {
+    if (bad[static_cast<std::size_t>(r)] == 0) continue;
+    if (++count <= 8) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+  }
+  if (count > 8) ranks += " and " + std::to_string(count - 8) + " more";
+  const std::string where = count > 0
+                                ? "the local loss was not finite on rank" + std::string(count > 1 ? "s " : " ") + ranks
+                                : "every rank's local loss was finite (the sum overflowed)";
+  const std::string newest =
+      ckpt_dir.empty() ? std::string("no checkpoint directory") : "the newest checkpoint in " + ckpt_dir;
+  cli::fail_together(session.rank(),
+                     NonFiniteError("step " + std::to_string(session.step()) + ": " + what + " (NaN or Inf); " + where +
+                                    ". Stopped before this step changed or checkpointed anything, so " + newest +
+                                    " holds the last good state; lower --lr, or check the data"));
 }
 
 StepSummary Trainer::step() {
@@ -71,11 +99,16 @@ StepSummary Trainer::step() {
   } else {
     session.reduce_sums(model.gradient_buffer(), model.gradient_count(), *reduction.reducer);
   }
+  local_loss = total.loss_sum;
+  // The reduced buffer is the same on every rank: so is this decision.
+  if (!model.gradients_finite()) stop_non_finite("the reduced gradient is not finite", local_loss);
   model.apply_update();
   return session.end_step(total.loss_sum, total.correct);
 }
 
 void Trainer::between_steps(const StepSummary& s) {
+  // StepSummary::loss_sum is the same sum on every rank.
+  if (!std::isfinite(s.loss_sum)) stop_non_finite("the training loss is not finite", local_loss);
   if (s.samples > 0) recent_loss.push_back(s.loss_sum / static_cast<double>(s.samples));
   if (recent_loss.size() > 10) recent_loss.erase(recent_loss.begin());
   const std::int64_t done = session.step();
@@ -130,11 +163,15 @@ double Trainer::run() {
   return wall;
 }
 
-void Trainer::report(double wall) {
-  // Rows trained from the read-ahead, and read while waiting, over all ranks.
+ReadAheadCounts Trainer::read_ahead_counts() {
   std::int64_t rows[2] = {ahead.rows_ahead(), ahead.rows_now()};
   ANTDT_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, rows, 2, MPI_INT64_T, MPI_SUM, session.comm().get()));
+  return {rows[0], rows[1]};
+}
+
+void Trainer::report(double wall, const ReadAheadCounts& counts) {
   if (!root()) return;
+  const std::int64_t rows[2] = {counts.ahead, counts.now};
   RunSummary sum;
   sum.backend = std::string(backend_name(device.backend));
   sum.device = device.name;
@@ -145,6 +182,9 @@ void Trainer::report(double wall) {
   sum.read_ahead_fraction =
       rows[0] + rows[1] > 0 ? static_cast<double>(rows[0]) / static_cast<double>(rows[0] + rows[1]) : 0.0;
   sum.job_id = job;
+  sum.model_layers = layers;
+  sum.non_finite_dropped = data.dropped;
+  sum.eval_non_finite_dropped = data.eval_dropped;
   sum.wall_seconds = wall;
   summarize_session(session, sum);
   sum.epochs_completed = static_cast<std::int64_t>(sum.coverage.size());
@@ -159,12 +199,7 @@ void Trainer::report(double wall) {
   sum.parameter_checksum = fnv1a_hex(params.data(), params.size() * sizeof(float));
   if (!o.quiet) std::fputs(summary_text(sum).c_str(), stdout);
   if (!o.summary_json.empty()) {
-    const auto path = expand_job_id(o.summary_json, job);
-    std::FILE* f = std::fopen(path.c_str(), "w");
-    if (!f) throw FileError("cannot write --summary-json " + path);
-    const auto text = summary_json(sum);
-    std::fwrite(text.data(), 1, text.size(), f);
-    std::fclose(f);
+    cli::write_file_atomically({"--summary-json", expand_job_id(o.summary_json, job)}, summary_json(sum));
   }
 }
 
