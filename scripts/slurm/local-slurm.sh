@@ -23,6 +23,13 @@ start)
   mkdir -p "$D"/{state,spool,log,run,munge,tmp}
   chmod 755 "$D"  # munged requires world-execute on the directories above its socket
   cpus=${ANTDT_SLURM_CPUS:-8}
+  ctld_port=${ANTDT_SLURMCTLD_PORT:-6817}
+  slurmd_port=${ANTDT_SLURMD_PORT:-6818}
+  # They are pasted into slurm.conf, which slurmctld runs as root: numbers only (a newline in one
+  # would add a configuration line, a prologue command say).
+  for v in "ANTDT_SLURM_CPUS=$cpus" "ANTDT_SLURMCTLD_PORT=$ctld_port" "ANTDT_SLURMD_PORT=$slurmd_port"; do
+    if ! [[ ${v#*=} =~ ^[1-9][0-9]{0,4}$ ]]; then echo "local-slurm: ${v%%=*} must be a number, not '${v#*=}'" >&2; exit 2; fi
+  done
   cat > "$D/slurm.conf" <<CONF
 ClusterName=antdt-test
 SlurmctldHost=localhost
@@ -31,8 +38,8 @@ SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
 AuthInfo=socket=$D/munge/munge.socket
-SlurmctldPort=${ANTDT_SLURMCTLD_PORT:-6817}
-SlurmdPort=${ANTDT_SLURMD_PORT:-6818}
+SlurmctldPort=$ctld_port
+SlurmdPort=$slurmd_port
 StateSaveLocation=$D/state
 SlurmdSpoolDir=$D/spool/%n
 TmpFS=$D/tmp
