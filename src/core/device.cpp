@@ -110,7 +110,8 @@ struct PinnedBlocks {
   std::mutex mutex;
   std::unordered_set<const void*> blocks;
 };
-PinnedBlocks& pinned_blocks() {
+// Used only where CUDA is built; a host-only build (the asan preset) has no pinned blocks.
+[[maybe_unused]] PinnedBlocks& pinned_blocks() {
   static auto* blocks = new PinnedBlocks;  // never destroyed: static vectors may free after exit
   return *blocks;
 }
