@@ -1,12 +1,14 @@
 // antdt-train: data-parallel training of an MLP classifier with antdt's dynamic sharding,
 // straggler-aware batch planning and exact weighted gradient reduction.
 //
-//   mpirun -np 4 antdt-train --data train.h5 --layers 32,64,10 --global-batch 256
+//   mpirun -np 4 antdt-train --data train.h5 --hidden 64 --global-batch 256
 //          --epochs 2 --policy dd --emulate-speed 1,1,1,0.33 --summary-json run.json
 //
 // Every option is also an ANTDT_* environment variable and a --config file key
-// (train/options.cpp). The run, top to bottom: open the data, build the model, the session
-// options, resume or probe, the steps, the report.
+// (train/options.cpp). The run, top to bottom: check the output paths, open the data (and
+// scan it for NaN/Inf), size and build the model, the session options, claim the checkpoint
+// directory, resume or probe, the steps, the report. Everything before the steps is checked
+// on every rank and agreed (cli::agree), so a bad input is one line and no training lost.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
