@@ -49,7 +49,7 @@ void Trainer::save_checkpoint() {
   });
 }
 
-void Trainer::stop_non_finite(const std::string& what, double loss) {
+void Trainer::stop_non_finite(const std::string& what, double loss, bool updated) {
   const int world = session.size();
   std::vector<int> bad(static_cast<std::size_t>(world), 0);
   bad[static_cast<std::size_t>(session.rank())] = std::isfinite(loss) ? 0 : 1;
@@ -63,13 +63,14 @@ void Trainer::stop_non_finite(const std::string& what, double loss) {
   if (count > 8) ranks += " and " + std::to_string(count - 8) + " more";
   const std::string where = count > 0
                                 ? "the local loss was not finite on rank" + std::string(count > 1 ? "s " : " ") + ranks
-                                : "every rank's local loss was finite (the sum overflowed)";
+                                : "every rank's local loss was finite (the gradient overflowed or met a NaN itself)";
   const std::string newest =
       ckpt_dir.empty() ? std::string("no checkpoint directory") : "the newest checkpoint in " + ckpt_dir;
   cli::fail_together(session.rank(),
                      NonFiniteError("step " + std::to_string(session.step()) + ": " + what + " (NaN or Inf); " + where +
-                                    ". Stopped before this step changed or checkpointed anything, so " + newest +
-                                    " holds the last good state; lower --lr, or check the data"));
+                                    (updated ? ". Stopped before checkpointing this step, so "
+                                             : ". Stopped before this step changed or checkpointed anything, so ") +
+                                    newest + " holds the last good state; lower --lr, or check the data"));
 }
 
 StepSummary Trainer::step() {
@@ -101,14 +102,14 @@ StepSummary Trainer::step() {
   }
   local_loss = total.loss_sum;
   // The reduced buffer is the same on every rank: so is this decision.
-  if (!model.gradients_finite()) stop_non_finite("the reduced gradient is not finite", local_loss);
+  if (!model.gradients_finite()) stop_non_finite("the reduced gradient is not finite", local_loss, false);
   model.apply_update();
   return session.end_step(total.loss_sum, total.correct);
 }
 
 void Trainer::between_steps(const StepSummary& s) {
   // StepSummary::loss_sum is the same sum on every rank.
-  if (!std::isfinite(s.loss_sum)) stop_non_finite("the training loss is not finite", local_loss);
+  if (!std::isfinite(s.loss_sum)) stop_non_finite("the training loss is not finite", local_loss, true);
   if (s.samples > 0) recent_loss.push_back(s.loss_sum / static_cast<double>(s.samples));
   if (recent_loss.size() > 10) recent_loss.erase(recent_loss.begin());
   const std::int64_t done = session.step();

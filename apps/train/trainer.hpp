@@ -95,9 +95,10 @@ struct Trainer {
   // failed write stops the job with exit 3 and one line. Between steps only.
   void save_checkpoint();
   // A non-finite reduced gradient or global loss, found alike on every rank: every rank
-  // stops (AgreedFailure, exit 4) before this step updates anything or is checkpointed.
-  // `what` says which it was; one small all-reduce finds the ranks whose own loss was not finite.
-  [[noreturn]] void stop_non_finite(const std::string& what, double local_loss);
+  // stops (AgreedFailure, exit 4) before this step is checkpointed (and, for the gradient,
+  // before it updates anything: `updated` false). `what` says which it was; one small
+  // all-reduce finds the ranks whose own loss was not finite.
+  [[noreturn]] void stop_non_finite(const std::string& what, double local_loss, bool updated);
   // One training step: read, compute in micro-batches, reduce, update, end the step.
   StepSummary step();
   void between_steps(const StepSummary& s);
