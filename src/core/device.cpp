@@ -115,7 +115,7 @@ struct PinnedBlocks {
   static auto* blocks = new PinnedBlocks;  // never destroyed: static vectors may free after exit
   return *blocks;
 }
-std::atomic<bool> g_pin_failure_reported{false};
+[[maybe_unused]] std::atomic<bool> g_pin_failure_reported{false};
 }  // namespace
 
 void* allocate_host(std::size_t bytes, [[maybe_unused]] bool page_locked) {
