@@ -7,6 +7,7 @@
 #include "antdt/antdt.hpp"
 #include "antdt/data.hpp"
 #include "cli/cli_common.hpp"
+#include "cli/paths.hpp"
 
 int main(int argc, char** argv) {
   antdt::Environment env(argc, argv);
@@ -22,21 +23,26 @@ int main(int argc, char** argv) {
   antdt::data::Hdf5Names names;
   app.add_option("--output,-o", output, "Training set file to write (HDF5)")->required();
   app.add_option("--samples,-n", samples, "Number of training samples")
-      ->check(CLI::PositiveNumber)
+      ->check(antdt::cli::positive<std::int64_t>())
       ->capture_default_str();
-  app.add_option("--dim,-d", dim, "Features per sample")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--classes,-c", classes, "Number of classes")->check(CLI::Range(2, 1 << 20))->capture_default_str();
+  app.add_option("--dim,-d", dim, "Features per sample")
+      ->check(antdt::cli::positive<std::int64_t>())
+      ->capture_default_str();
+  app.add_option("--classes,-c", classes, "Number of classes")
+      ->check(antdt::cli::in_range<std::int32_t>(2, 1 << 20))
+      ->capture_default_str();
   app.add_option("--seed", seed, "Seed (same seed, same data)")->capture_default_str();
   app.add_option("--noise", noise, "Spread of each class around its centre (higher is harder)")
-      ->check(CLI::PositiveNumber)
+      ->check(antdt::cli::positive<float>())
       ->capture_default_str();
   app.add_option("--eval-output", eval_output, "Also write a held-out set from the same distribution here");
   app.add_option("--eval-samples", eval_samples, "Samples of the held-out set")
-      ->check(CLI::NonNegativeNumber)
+      ->check(antdt::cli::at_least<std::int64_t>(0))
       ->capture_default_str();
   app.add_option("--features-name", names.features, "Name of the features data set")->capture_default_str();
   app.add_option("--labels-name", names.labels, "Name of the labels data set")->capture_default_str();
   antdt::cli::add_env_names(app);
+  antdt::cli::strict_config(app);
   const int parsed = antdt::cli::parse(app, argc, argv, env.world_rank());
   if (parsed >= 0) return parsed;
   if (!eval_output.empty() && eval_samples == 0) eval_samples = std::max<std::int64_t>(1, samples / 4);
@@ -46,6 +52,12 @@ int main(int argc, char** argv) {
   }
   return antdt::cli::guarded("antdt-datagen", env.world_rank(), 1, [&] {
     if (env.world_rank() != 0) return 0;  // one writer; other ranks (if any) have nothing to do
+    // Both outputs are checked before either is written: the same file twice would leave the
+    // evaluation set where the training set should be.
+    const CLI::Option* config = app.get_config_ptr();
+    antdt::cli::check_outputs(
+        {{"--output", output}, {"--eval-output", eval_output}},
+        {{"--config", config != nullptr && config->count() > 0 ? config->as<std::string>() : std::string()}});
     // One draw of samples + eval_samples, split, so both sets share the class centres.
     antdt::data::SyntheticSpec spec;
     spec.samples = samples + eval_samples;

@@ -9,6 +9,17 @@ out=${1:-$root/out/demo}
 samples=${ANTDT_DEMO_SAMPLES:-16384}
 ranks=${ANTDT_DEMO_RANKS:-4}
 build=${ANTDT_BUILD_DIR:-$root/build}
+# Both go into arithmetic, Python and command lines below: check they are plain numbers before
+# anything runs (bash evaluates $(...) inside an arithmetic expression's array index, and
+# Python would run any expression it is handed). Then they are only passed as arguments.
+whole_number() {  # NAME VALUE LEAST
+  if ! [[ $2 =~ ^[1-9][0-9]{0,8}$ ]] || [ "$2" -lt "$3" ]; then
+    echo "demo.sh: $1 must be a whole number >= $3, not '$2'" >&2
+    exit 2
+  fi
+}
+whole_number ANTDT_DEMO_SAMPLES "$samples" 4
+whole_number ANTDT_DEMO_RANKS "$ranks" 1
 "$root/scripts/install-deps.sh"
 if [ ! -f "$build/build.ninja" ]; then
   args=(-S "$root" -B "$build" -G Ninja)
@@ -22,7 +33,7 @@ mkdir -p "$out"
   --eval-output "$out/eval.h5" --eval-samples $((samples / 4))
 # Emulated speeds 1,1,1,1/3 on a virtual device (0.1 ms per sample at speed 1): ranks wait out
 # their modelled compute instead of competing for this machine's two cores (docs/benchmarks.md).
-speeds=$(python3 -c "print(','.join(['1']*($ranks-1)+['0.33']))")
+speeds=$(python3 -c "import sys; n = int(sys.argv[1]); print(','.join(['1'] * (n - 1) + ['0.33']))" "$ranks")
 common=(--data "$out/train.h5" --eval-data "$out/eval.h5" --layers 32,64,10 --global-batch 256 --epochs 2
         --emulate-speed "$speeds" --virtual-device 0.0001 --progress always --progress-every 20)
 for policy in static dd; do

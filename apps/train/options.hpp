@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace antdt::train {
 
@@ -16,13 +17,17 @@ struct TrainOptions {
   std::string features_name = "features";
   std::string labels_name = "labels";
   std::int64_t synthetic_samples = 8192;
+  std::int64_t synthetic_dim = 32;
+  std::int32_t synthetic_classes = 10;
   std::uint64_t synthetic_seed = 7;
+  bool skip_non_finite = false;
   std::int64_t eval_every = 0;
   std::string read_mode = "independent";
   std::string read_ahead = "auto";
   std::string reduce_overlap = "auto";
   // model
-  std::string layers = "32,64,10";
+  std::string layers;  // explicit input,hidden...,classes; empty: from the data and --hidden
+  std::string hidden;  // hidden widths between the data's features and classes; empty: kDefaultHidden
   std::string optimizer = "sgd";
   float lr = 0.05f;
   float momentum = 0.9f;
@@ -60,8 +65,10 @@ struct TrainOptions {
   // checkpoints
   std::string checkpoint_dir;
   std::int64_t checkpoint_every = 0;
+  double checkpoint_minutes = 10.0;
   int checkpoint_keep = 3;
   bool resume = false;
+  bool checkpoint_overwrite = false;
   // outputs
   std::string summary_json;
   std::string timeline;
@@ -70,13 +77,28 @@ struct TrainOptions {
   std::int64_t progress_every = 10;
   std::string log_level;
   bool quiet = false;
+  // failures
+  double step_timeout = 600.0;
+  std::string stop_signals = "TERM,INT,USR1";
   // testing
+  std::string sample_log;
+  std::int64_t fail_in_checkpoint = -1;
   std::int64_t fail_at_step = -1;
   int fail_rank = 0;
 };
 
+// The hidden layers of a model sized by its data when neither --layers nor --hidden is given.
+inline constexpr const char* kDefaultHidden = "64";
+
 void add_options(CLI::App& app, TrainOptions& o);
 // Checks the combinations CLI11 cannot; throws UsageError with one line.
 void validate(const TrainOptions& o, int world);
+
+// The model's widths: --layers as given, or the data's feature count, the hidden widths of
+// --hidden (default kDefaultHidden; "none" for none) and the data's class count. --layers is
+// checked against the data: UsageError naming `data_name` when the input width differs or the
+// data has more classes than the model.
+[[nodiscard]] std::vector<std::int64_t> model_layers(const TrainOptions& o, std::int64_t dim, std::int32_t classes,
+                                                     const std::string& data_name);
 
 }  // namespace antdt::train

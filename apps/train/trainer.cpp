@@ -3,14 +3,20 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <numeric>
 
 #include "antdt/checkpoint.hpp"
 #include "antdt/error.hpp"
 #include "antdt/log.hpp"
+#include "cli/cli_common.hpp"
+#include "cli/paths.hpp"
 #include "train/restart.hpp"
+#include "train/stop.hpp"
 
 namespace antdt::train {
 
@@ -33,19 +39,54 @@ void Trainer::reserve_batch() {
 }
 
 void Trainer::save_checkpoint() {
-  if (!root()) return;
-  const double t0 = MPI_Wtime();
-  CheckpointWriter w(ckpt_dir, session.step());
-  session.save(w);
-  save_model_state(w, model);
-  w.put_int64s("model/layers", layers);
-  w.put_string("model/optimizer", o.optimizer);
-  w.put_uint64s("rng/seeds", std::vector<std::uint64_t>{o.model_seed, o.data_seed, o.emulate_seed, o.synthetic_seed});
-  w.put_string("run/job_id", job);
-  const std::string path = w.commit(o.checkpoint_keep);
-  ANTDT_LOG(debug) << "checkpoint " << path;
-  // A restart is a checkpoint like this one plus a relaunch: both measured now (docs/nd.md).
-  session.set_restart_cost(MPI_Wtime() - t0 + relaunch_seconds);
+  cli::agree(session.comm().get(), [&] {
+    if (!root()) return;
+    const double t0 = MPI_Wtime();
+    CheckpointWriter w(ckpt_dir, session.step());
+    session.save(w);
+    save_model_state(w, model);
+    w.put_int64s("model/layers", layers);
+    w.put_string("model/optimizer", o.optimizer);
+    w.put_uint64s("rng/seeds", std::vector<std::uint64_t>{o.model_seed, o.data_seed, o.emulate_seed, o.synthetic_seed});
+    w.put_string("run/job_id", job);
+    if (session.step() == o.fail_in_checkpoint) {
+      // Half-way: the temporary file holds most entries (HDF5 may buffer some), not committed.
+      std::fprintf(stderr, "antdt-train: rank 0: --fail-in-checkpoint %lld: killing myself mid-write\n",
+                   static_cast<long long>(o.fail_in_checkpoint));
+      std::fflush(stderr);
+      std::raise(SIGKILL);
+    }
+    const std::string path = w.commit(o.checkpoint_keep);
+    ANTDT_LOG(debug) << "checkpoint " << path;
+    // A restart is a checkpoint like this one plus a relaunch: both measured now (docs/nd.md).
+    session.set_restart_cost(MPI_Wtime() - t0 + relaunch_seconds);
+    last_checkpoint = path;
+  });
+  t_checkpoint = MPI_Wtime();
+}
+
+void Trainer::stop_non_finite(const std::string& what, double loss, bool updated) {
+  const int world = session.size();
+  std::vector<int> bad(static_cast<std::size_t>(world), 0);
+  bad[static_cast<std::size_t>(session.rank())] = std::isfinite(loss) ? 0 : 1;
+  ANTDT_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, bad.data(), world, MPI_INT, MPI_MAX, session.comm().get()));
+  std::string ranks;
+  int count = 0;
+  for (int r = 0; r < world; ++r) {
+    if (bad[static_cast<std::size_t>(r)] == 0) continue;
+    if (++count <= 8) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+  }
+  if (count > 8) ranks += " and " + std::to_string(count - 8) + " more";
+  const std::string where = count > 0
+                                ? "the local loss was not finite on rank" + std::string(count > 1 ? "s " : " ") + ranks
+                                : "every rank's local loss was finite (the gradient overflowed or met a NaN itself)";
+  const std::string newest =
+      ckpt_dir.empty() ? std::string("no checkpoint directory") : "the newest checkpoint in " + ckpt_dir;
+  cli::fail_together(session.rank(),
+                     NonFiniteError("step " + std::to_string(session.step()) + ": " + what + " (NaN or Inf); " + where +
+                                    (updated ? ". Stopped before checkpointing this step, so "
+                                             : ". Stopped before this step changed or checkpointed anything, so ") +
+                                    newest + " holds the last good state; lower --lr, or check the data"));
 }
 
 StepSummary Trainer::step() {
@@ -56,13 +97,14 @@ StepSummary Trainer::step() {
     std::raise(SIGKILL);
   }
   const StepWork work = session.begin_step();
+  trained.clear();
   if (work.pooled) {
     model.zero_gradients();
     const BatchResult total = pooled_compute();
     session.reduce_sums(model.gradient_buffer(), model.gradient_count(), *reduction.reducer);
-    model.apply_update();
-    return session.end_step(total.loss_sum, total.correct);
+    return finish_step(total);
   }
+  if (sample_log) trained = work.samples;
   (void)ahead.fill(work.samples, batch);  // without a read-ahead started, a plain read
   session.mark_data_ready();
   if (read_ahead && !(o.steps > 0 && session.step() + 1 >= o.steps)) ahead.start(session.next_samples());
@@ -82,14 +124,49 @@ StepSummary Trainer::step() {
   } else {
     session.reduce_sums(model.gradient_buffer(), model.gradient_count(), *reduction.reducer);
   }
+  return finish_step(total);
+}
+
+StepSummary Trainer::finish_step(const BatchResult& total) {
+  local_loss = total.loss_sum;
+  // The reduced buffer is the same on every rank: so is this decision.
+  if (!model.gradients_finite()) stop_non_finite("the reduced gradient is not finite", local_loss, false);
   model.apply_update();
-  return session.end_step(total.loss_sum, total.correct);
+  // Requests ride in this rank's report; rank 0 answers them for every rank at this step.
+  if (stop_signal() != 0) session.request_stop();
+  if (root() && checkpoint_by_time_due()) session.request_checkpoint();
+  const std::int64_t step = session.step();
+  StepSummary s = session.end_step(total.loss_sum, total.correct);
+  if (sample_log) log_samples(step);
+  return s;
+}
+
+bool Trainer::checkpoint_by_time_due() const {
+  return !ckpt_dir.empty() && o.checkpoint_minutes > 0 && MPI_Wtime() - t_checkpoint >= o.checkpoint_minutes * 60.0;
+}
+
+// One line per step, written through before the next step: a rank killed later has still
+// written every step that a checkpoint can hold (checkpoints are collective, after this).
+void Trainer::log_samples(std::int64_t step) {
+  std::string line = std::to_string(step);
+  for (auto i : trained) line += " " + std::to_string(i);
+  line += "\n";
+  if (std::fputs(line.c_str(), sample_log.get()) < 0 || std::fflush(sample_log.get()) != 0)
+    throw WriteError("cannot write --sample-log " + sample_log_path + ": " + std::strerror(errno));
+}
+
+void Trainer::open_sample_log() {
+  if (o.sample_log.empty()) return;
+  sample_log_path = o.sample_log + "." + std::to_string(session.rank());
+  sample_log.reset(std::fopen(sample_log_path.c_str(), "w"));
+  if (!sample_log) throw WriteError("cannot write --sample-log " + sample_log_path + ": " + std::strerror(errno));
 }
 
 BatchResult Trainer::pooled_compute() {
   BatchResult total;
   for (auto chunk = session.next_chunk(); !chunk.empty(); chunk = session.next_chunk()) {
     (void)ahead.fill(chunk, batch);
+    if (sample_log) trained.insert(trained.end(), chunk.begin(), chunk.end());
     const double t0 = MPI_Wtime();
     const BatchResult r =
         model.accumulate(batch.features.data(), batch.labels.data(), static_cast<std::int64_t>(chunk.size()));
@@ -105,11 +182,14 @@ BatchResult Trainer::pooled_compute() {
 }
 
 void Trainer::between_steps(const StepSummary& s) {
+  // StepSummary::loss_sum is the same sum on every rank.
+  if (!std::isfinite(s.loss_sum)) stop_non_finite("the training loss is not finite", local_loss, true);
   if (s.samples > 0) recent_loss.push_back(s.loss_sum / static_cast<double>(s.samples));
   if (recent_loss.size() > 10) recent_loss.erase(recent_loss.begin());
   const std::int64_t done = session.step();
   const bool eval_due = data.eval && o.eval_every > 0 && done % o.eval_every == 0;
-  const bool checkpoint_due = o.checkpoint_every > 0 && done % o.checkpoint_every == 0 && !session.finished();
+  const bool checkpoint_due =
+      ((o.checkpoint_every > 0 && done % o.checkpoint_every == 0) || s.checkpoint_requested) && !session.finished();
   if (eval_due || checkpoint_due) ahead.wait();  // HDF5 is not thread-safe
   if (eval_due) {
     eval_result = evaluate(model, *data.eval, session.comm(), cap, batch);
@@ -151,20 +231,39 @@ double Trainer::run() {
   t_start = MPI_Wtime();
   committed_at_start = session.samples_committed();
   step_at_start = session.step();
+  t_checkpoint = t_start;
+  open_sample_log();
   while (!session.finished()) between_steps(step());
   const double wall = MPI_Wtime() - t_start;
   ahead.wait();
-  if (data.eval) eval_result = evaluate(model, *data.eval, session.comm(), cap, batch);
+  // A stopped run is short of time (a time limit, a preemption): the checkpoint comes first,
+  // and the evaluation waits for the run's real end.
+  if (data.eval && !session.stopped()) eval_result = evaluate(model, *data.eval, session.comm(), cap, batch);
   if (!ckpt_dir.empty()) save_checkpoint();
+  if (root() && session.stopped()) {
+    const int sig = stop_signal();
+    const std::string why = sig != 0 ? signal_name(sig) : std::string("a signal to another rank");
+    if (ckpt_dir.empty()) {
+      ANTDT_LOG(warn) << "stopped by " << why << " after step " << session.step() - 1
+                      << " without a checkpoint (no --checkpoint-dir): this run's progress is not kept";
+    } else {
+      ANTDT_LOG(warn) << "stopped by " << why << " after step " << session.step() - 1 << "; checkpoint "
+                      << last_checkpoint << "; continue with --resume (exit code " << cli::kExitStopped << ")";
+    }
+  }
   if (root() && session.restart_requested()) record_restart_exit(ckpt_dir, *session.restart_decision());
   return wall;
 }
 
-void Trainer::report(double wall) {
-  // Rows trained from the read-ahead, and read while waiting, over all ranks.
+ReadAheadCounts Trainer::read_ahead_counts() {
   std::int64_t rows[2] = {ahead.rows_ahead(), ahead.rows_now()};
   ANTDT_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, rows, 2, MPI_INT64_T, MPI_SUM, session.comm().get()));
+  return {rows[0], rows[1]};
+}
+
+void Trainer::report(double wall, const ReadAheadCounts& counts) {
   if (!root()) return;
+  const std::int64_t rows[2] = {counts.ahead, counts.now};
   RunSummary sum;
   sum.backend = std::string(backend_name(device.backend));
   sum.device = device.name;
@@ -175,8 +274,12 @@ void Trainer::report(double wall) {
   sum.read_ahead_fraction =
       rows[0] + rows[1] > 0 ? static_cast<double>(rows[0]) / static_cast<double>(rows[0] + rows[1]) : 0.0;
   sum.job_id = job;
+  sum.model_layers = layers;
+  sum.non_finite_dropped = data.dropped;
+  sum.eval_non_finite_dropped = data.eval_dropped;
   sum.wall_seconds = wall;
   summarize_session(session, sum);
+  if (sum.stopped && stop_signal() != 0) sum.stopped_by = signal_name(stop_signal());
   sum.epochs_completed = static_cast<std::int64_t>(sum.coverage.size());
   sum.final_loss = recent_loss.empty() ? 0.0
                                        : std::accumulate(recent_loss.begin(), recent_loss.end(), 0.0) /
@@ -189,12 +292,7 @@ void Trainer::report(double wall) {
   sum.parameter_checksum = fnv1a_hex(params.data(), params.size() * sizeof(float));
   if (!o.quiet) std::fputs(summary_text(sum).c_str(), stdout);
   if (!o.summary_json.empty()) {
-    const auto path = expand_job_id(o.summary_json, job);
-    std::FILE* f = std::fopen(path.c_str(), "w");
-    if (!f) throw FileError("cannot write --summary-json " + path);
-    const auto text = summary_json(sum);
-    std::fwrite(text.data(), 1, text.size(), f);
-    std::fclose(f);
+    cli::write_file_atomically({"--summary-json", expand_job_id(o.summary_json, job)}, summary_json(sum));
   }
 }
 

@@ -20,7 +20,11 @@
 // version, missing or mistyped entry, wrong size, checksum mismatch) throws
 // antdt::CheckpointError with one line naming the file and the entry. Bad arguments (an
 // invalid name, a name put twice, use after commit) throw antdt::UsageError; failed writes
-// throw antdt::FileError.
+// throw antdt::WriteError (a FileError).
+//
+// A directory belongs to one run at a time (docs/checkpoint.md, "One run per directory"): the
+// writing rank holds a CheckpointDirectoryLock for the life of the run, and the run's
+// identity (data, model shape, seeds) is recorded beside the checkpoints (RunIdentity).
 #pragma once
 
 #include <cstddef>
@@ -75,7 +79,7 @@ class CheckpointWriter {
   // `keep`-1 newest older ones, deletes the rest, deletes checkpoints with a LARGER step (they
   // belong to a run that was abandoned when training resumed from an older one) and stale
   // temporary files. Returns the final path. Throws UsageError if keep < 1 or on a second
-  // commit; FileError on I/O failure (the temporary file is removed, the previous checkpoints
+  // commit; WriteError on I/O failure (the temporary file is removed, the previous checkpoints
   // are untouched). A failed deletion during retention is logged, not thrown.
   std::string commit(int keep = 3);
 
@@ -137,5 +141,61 @@ class CheckpointReader {
 // Committed checkpoint files (ckpt-<step>.h5) in `directory`, oldest (smallest step) first.
 // Not validated. Empty if the directory does not exist; FileError if it cannot be listed.
 [[nodiscard]] std::vector<std::string> list_checkpoints(const std::string& directory);
+
+// Deletes every committed checkpoint and every temporary one in `directory` (a run that was
+// told to start over in a directory of another run). WriteError if one cannot be deleted.
+void remove_checkpoints(const std::string& directory);
+
+// True for the file names the checkpoint store owns in its directory: ckpt-<step>.h5, the
+// temporaries, the lock and the run identity. Other files there are never touched.
+[[nodiscard]] bool is_checkpoint_store_name(const std::string& file_name);
+
+// An exclusive lock on a checkpoint directory for the life of this object: flock(2) on
+// <directory>/antdt.lock, a file that also records the holder's host and pid for the message a
+// second writer gets. The kernel releases the lock when the process ends, however it ends
+// (kill -9 included), so a stale lock never blocks a restart. Take it on the one rank that
+// writes checkpoints, before reading or writing anything in the directory; the lock file is
+// never deleted (deleting it would let two processes lock two different files).
+// The constructor creates the directory if missing. It throws FileError, naming the
+// directory, when the directory cannot be created or written (read-only, full), and when
+// another process holds the lock ("in use by another run: host h, pid p"). On a file system
+// without flock (Lustre mounted without -o flock) it logs a warning and holds nothing.
+// Move-only; the destructor releases the lock and never throws.
+class CheckpointDirectoryLock {
+ public:
+  explicit CheckpointDirectoryLock(const std::string& directory);
+  CheckpointDirectoryLock(const CheckpointDirectoryLock&) = delete;
+  CheckpointDirectoryLock& operator=(const CheckpointDirectoryLock&) = delete;
+  CheckpointDirectoryLock(CheckpointDirectoryLock&& other) noexcept;
+  CheckpointDirectoryLock& operator=(CheckpointDirectoryLock&& other) noexcept;
+  ~CheckpointDirectoryLock();
+
+  // False when the file system refused flock (the warning case above).
+  [[nodiscard]] bool held() const noexcept { return fd_ >= 0; }
+
+ private:
+  int fd_ = -1;
+};
+
+// What makes checkpoints belong to one run, recorded as <directory>/antdt-run: ordered
+// `key = value` lines (keys [a-z0-9_], values one line each). The caller decides the keys; a
+// restart compares its own identity with the recorded one before restoring anything.
+struct RunIdentity {
+  std::vector<std::pair<std::string, std::string>> fields;
+
+  // The value of `key`, or nullptr.
+  [[nodiscard]] const std::string* find(const std::string& key) const;
+};
+
+// The recorded identity; nullopt when the directory has none (a new directory, or one written
+// before antdt recorded identities). CheckpointError, naming the file and line, when the file
+// is there but unreadable or malformed.
+[[nodiscard]] std::optional<RunIdentity> read_run_identity(const std::string& directory);
+// Records `identity` atomically (temporary file, fsync, rename, fsync of the directory).
+// UsageError for a bad key or a value with a line break; WriteError when the write fails.
+void write_run_identity(const std::string& directory, const RunIdentity& identity);
+// The fields whose values differ, or that only one side has, as "key: A there, B here" joined
+// by "; ". Empty when the two identities are the same.
+[[nodiscard]] std::string describe_difference(const RunIdentity& recorded, const RunIdentity& current);
 
 }  // namespace antdt

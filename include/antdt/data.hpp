@@ -125,6 +125,37 @@ class Hdf5Dataset final : public Dataset {
   std::int64_t read_calls_ = 0;
 };
 
+// Non-finite features (docs/data.md, "NaN and Inf"). Reads samples [first, last) of `data` in
+// chunks of `chunk` rows and returns, ascending, the indices of those with a NaN or an
+// infinite feature. Each rank scans its own slice; antdt-train joins the slices.
+[[nodiscard]] std::vector<std::int64_t> find_non_finite(Dataset& data, std::int64_t first, std::int64_t last,
+                                                        std::int64_t chunk = 4096);
+
+// The samples of `base` that are not in `dropped` (ascending, unique, in [0, base.size())),
+// renumbered 0..size()-1 in their original order, so that the DDS shards, and its
+// exactly-once accounting covers, only the kept samples. Consecutive kept samples map to
+// consecutive rows of `base`, so a run of indices stays one read wherever no sample was
+// dropped inside it. Owns `base`. UsageError when `dropped` is not as described or drops
+// every sample.
+class SubsetDataset final : public Dataset {
+ public:
+  SubsetDataset(std::unique_ptr<Dataset> base, const std::vector<std::int64_t>& dropped);
+
+  [[nodiscard]] std::int64_t size() const override { return static_cast<std::int64_t>(kept_.size()); }
+  [[nodiscard]] std::int64_t dim() const override { return base_->dim(); }
+  [[nodiscard]] std::int32_t num_classes() const override { return base_->num_classes(); }
+  void read(std::span<const std::int64_t> indices, float* features, std::int32_t* labels) override;
+
+  [[nodiscard]] const Dataset& base() const noexcept { return *base_; }
+  // base index of kept sample i
+  [[nodiscard]] std::int64_t base_index(std::int64_t i) const { return kept_.at(static_cast<std::size_t>(i)); }
+
+ private:
+  std::unique_ptr<Dataset> base_;
+  std::vector<std::int64_t> kept_;
+  std::vector<std::int64_t> mapped_;  // scratch of read()
+};
+
 // Writes `data` to `path` in the layout above (with the num_classes attribute), through a
 // temporary file renamed into place, so a crash never leaves a half-written file under
 // `path`. Throws FileError on failure.

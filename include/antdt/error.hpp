@@ -47,6 +47,22 @@ class StallError : public Error {
   bool first_hand_;
 };
 
+// A write that failed once it was under way: an output or checkpoint file that could not be
+// written, flushed, synced or renamed into place (disk full, read-only, I/O error). What was
+// written before (older checkpoints, the input files) is untouched. CLIs exit with code 3.
+class WriteError : public FileError {
+ public:
+  using FileError::FileError;
+};
+
+// Training produced a non-finite loss or gradient (NaN or Inf): the run stopped before the
+// update and before any checkpoint of it, so the newest checkpoint is the last good state.
+// CLIs exit with code 4.
+class NonFiniteError : public Error {
+ public:
+  using Error::Error;
+};
+
 // A failed MPI call; code() is the MPI error code, what() carries MPI_Error_string.
 class MpiError : public Error {
  public:

@@ -114,6 +114,12 @@ class Model {
   virtual BatchResult evaluate(const float* features, const std::int32_t* labels, std::int64_t n) = 0;
   [[nodiscard]] virtual float* gradient_buffer() = 0;
   [[nodiscard]] virtual std::int64_t gradient_count() const = 0;
+  // True when every float of the gradient buffer (the sums and the count slot) is finite.
+  // Meant for right after the reduction, before apply_update: the reduced buffer is the same on
+  // every rank, so every rank decides alike without another message. Waits for queued work.
+  // Default: gradient_snapshot() and a loop. The MLPs check in place: a loop on the host; on
+  // CUDA a kernel, then one 4-byte copy back.
+  [[nodiscard]] virtual bool gradients_finite();
   virtual void apply_update() = 0;
   virtual void synchronize() = 0;                                   // wait for queued device work (host: no-op)
   [[nodiscard]] virtual std::vector<float> parameters() const = 0;  // host copy, flat, fixed layer order

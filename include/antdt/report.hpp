@@ -18,15 +18,18 @@ namespace antdt {
 struct RunSummary {
   int ranks = 0;
   std::string policy;
-  std::string backend;             // "host" or "cuda"
-  std::string device;              // rank 0's device name, e.g. "NVIDIA H200" or "host (BLAS sgemm + Kokkos)"
-  std::string reducer;             // the gradient reducer: "mpi" or "nccl"
-  bool pinned_batches = false;     // rank 0's batch buffers are page-locked (CUDA, --pin-memory)
-  bool read_ahead = false;         // the next step's samples were read during this step (--read-ahead)
-  double read_ahead_fraction = 0;  // of the rows trained on, those the read-ahead had ready (all ranks)
-  bool reduce_overlap = false;     // each layer's all-reduce started during backward (--reduce-overlap)
-  std::string job_id;              // Slurm job id, "" outside Slurm
-  std::vector<std::string> nodes;  // each rank's node (Slurm node name or host name)
+  std::string backend;                       // "host" or "cuda"
+  std::string device;                        // rank 0's device name, e.g. "NVIDIA H200" or "host (BLAS sgemm + Kokkos)"
+  std::string reducer;                       // the gradient reducer: "mpi" or "nccl"
+  bool pinned_batches = false;               // rank 0's batch buffers are page-locked (CUDA, --pin-memory)
+  bool read_ahead = false;                   // the next step's samples were read during this step (--read-ahead)
+  double read_ahead_fraction = 0;            // of the rows trained on, those the read-ahead had ready (all ranks)
+  bool reduce_overlap = false;               // each layer's all-reduce started during backward (--reduce-overlap)
+  std::string job_id;                        // Slurm job id, "" outside Slurm
+  std::vector<std::int64_t> model_layers;    // the model's widths, input,hidden...,classes (if known)
+  std::int64_t non_finite_dropped = 0;       // training samples left out for a NaN/Inf feature
+  std::int64_t eval_non_finite_dropped = 0;  // the same of the evaluation set
+  std::vector<std::string> nodes;            // each rank's node (Slurm node name or host name)
   bool emulated = false;
   std::string emulation;  // EmulationOptions::describe()
   std::vector<double> emulated_speeds;
@@ -55,6 +58,8 @@ struct RunSummary {
   std::vector<Plan> plans;
   std::vector<EpochCoverageReport> coverage;
   std::optional<RestartDecision> restart;  // the run stopped for this kill-restart (nd)
+  bool stopped = false;                    // the run stopped early on a rank's request (a signal)
+  std::string stopped_by;                  // rank 0's signal ("SIGTERM"), "" when another rank's
 };
 
 // Fills the session-derived fields of `summary` (rank 0 only; elsewhere returns it unchanged).

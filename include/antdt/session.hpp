@@ -143,6 +143,10 @@ class Session {
   // the run for every rank at that step, so finished() and stopped() turn true together on all
   // of them. For a signal handler (SIGTERM before a time limit, preemption, Ctrl-C).
   void request_stop() noexcept;
+  // Local: asks every rank to checkpoint after the current step (a timer on rank 0, say). The
+  // request rides in this rank's next report; end_step then returns a StepSummary with
+  // checkpoint_requested set, on every rank at the same step.
+  void request_checkpoint() noexcept;
   // The run ended because some rank called request_stop (same on all ranks).
   [[nodiscard]] bool stopped() const noexcept;
   // Rank 0: the decision (its ranks, nodes and the numbers behind it); empty elsewhere.

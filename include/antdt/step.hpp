@@ -32,6 +32,9 @@ struct StepSummary {
   bool plan_changed = false;          // a new plan was issued (it applies at its effective_step)
   std::int64_t completed_epochs = 0;  // epochs completed so far
   double step_seconds = 0.0;          // wall time of this step on this rank
+  // Some rank asked for a checkpoint after this step (Session::request_checkpoint): every rank
+  // sees it at the same step, so a collective checkpoint can follow.
+  bool checkpoint_requested = false;
 };
 
 // Per completed epoch: samples committed, missing and duplicated (both must be 0).

@@ -78,6 +78,19 @@ class CudaMlp final : public Model {
   [[nodiscard]] float* gradient_buffer() override { return gradients_.data(); }
   [[nodiscard]] std::int64_t gradient_count() const override { return layout_.parameter_count + kSampleCountSlots; }
 
+  // On the model's stream, behind the reduction: zero the flag, one kernel over the buffer,
+  // 4 bytes back to page-locked memory, one wait.
+  [[nodiscard]] bool gradients_finite() override {
+    cuda::DeviceGuard guard(device_id_);
+    cudaStream_t s = stream_.get();
+    ANTDT_CHECK_CUDA(cudaMemsetAsync(non_finite_.data(), 0, non_finite_.bytes(), s));
+    ANTDT_CHECK_CUDA(cuda::flag_non_finite(s, gradients_.data(), gradient_count(), non_finite_.data()));
+    ANTDT_CHECK_CUDA(cudaMemcpyAsync(non_finite_readback_.data(), non_finite_.data(), sizeof(unsigned int),
+                                     cudaMemcpyDeviceToHost, s));
+    stream_.synchronize();
+    return non_finite_readback_[0] == 0;
+  }
+
   // No host round trip: prepare_update reads the reduced count and Adam's t on the device, and
   // the optimizer kernel follows it on the same stream, right behind the reduction.
   void apply_update() override {
@@ -275,6 +288,8 @@ class CudaMlp final : public Model {
   std::vector<cuda::Event> bucket_ready_ = std::vector<cuda::Event>(buckets_.size());  // one per bucket
   cuda::DeviceBuffer<float> parameters_, gradients_, state_;
   cuda::DeviceBuffer<cuda::math::BatchTotals> totals_;
+  cuda::DeviceBuffer<unsigned int> non_finite_{1};  // gradients_finite's flag
+  HostVector<unsigned int> non_finite_readback_{1, PinnedAllocator<unsigned int>(true)};
   // Where the totals land: page-locked (one DMA, no driver staging) unless pinning is refused.
   HostVector<cuda::math::BatchTotals> readback_{1, PinnedAllocator<cuda::math::BatchTotals>(true)};
   cuda::DeviceBuffer<float> features_, delta_a_, delta_b_, ones_;

@@ -50,6 +50,10 @@ struct BatchTotals {
   unsigned long long correct;  // arg-max hits
 };
 
+// True for a NaN or an infinity: x - x is 0 for every finite x and NaN otherwise (no
+// isfinite, whose host and device overloads differ between the compilers reading this file).
+ANTDT_KERNEL_MATH bool non_finite(float x) { return !(x - x == 0.0f); }
+
 // delta[i] = 0 where the layer's ReLU output was not positive.
 ANTDT_KERNEL_MATH void relu_mask(float* delta, const float* activation, std::int64_t i) {
   if (!(activation[i] > 0.0f)) delta[i] = 0.0f;

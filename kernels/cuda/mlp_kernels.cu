@@ -61,6 +61,14 @@ __global__ void fill_kernel(float* x, float value, std::int64_t count) {
   ANTDT_GRID_STRIDE(i, count) { x[i] = value; }
 }
 
+// Any thread that meets a non-finite value sets the flag; a plain store suffices (every writer
+// writes 1), and most threads write nothing.
+__global__ void flag_non_finite_kernel(const float* x, std::int64_t count, unsigned int* flag) {
+  ANTDT_GRID_STRIDE(i, count) {
+    if (math::non_finite(x[i])) *flag = 1u;
+  }
+}
+
 __global__ void prepare_update_kernel(const float* count_slots, std::int64_t* steps, float beta1, float beta2,
                                       math::UpdateCoefficients* out) {
   math::update_coefficients(antdt::decode_sample_count(count_slots), *steps, beta1, beta2, *out);
@@ -116,6 +124,12 @@ cudaError_t add_sample_count(cudaStream_t stream, float* slots, std::int64_t n) 
 cudaError_t fill(cudaStream_t stream, float* x, float value, std::int64_t count) {
   if (count == 0) return cudaSuccess;
   fill_kernel<<<blocks_for(count), kThreads, 0, stream>>>(x, value, count);
+  return cudaGetLastError();
+}
+
+cudaError_t flag_non_finite(cudaStream_t stream, const float* x, std::int64_t count, unsigned int* flag) {
+  if (count == 0) return cudaSuccess;
+  flag_non_finite_kernel<<<blocks_for(count), kThreads, 0, stream>>>(x, count, flag);
   return cudaGetLastError();
 }
 

@@ -31,6 +31,10 @@ cudaError_t add_sample_count(cudaStream_t stream, float* slots, std::int64_t n);
 // x[i] = value
 cudaError_t fill(cudaStream_t stream, float* x, float value, std::int64_t count);
 
+// *flag = 1 if any of x[0..count) is NaN or infinite; *flag is left as it was otherwise (the
+// caller zeroes it first). Device memory both.
+cudaError_t flag_non_finite(cudaStream_t stream, const float* x, std::int64_t count, unsigned int* flag);
+
 // From the reduced count in count_slots[0, kSampleCountSlots) and the step counter *steps (device
 // memory), the coefficients of this step into *out (math::update_coefficients); one thread.
 cudaError_t prepare_update(cudaStream_t stream, const float* count_slots, std::int64_t* steps, float beta1, float beta2,

@@ -108,6 +108,11 @@ BatchResult Model::accumulate_overlapped(const float* features, const std::int32
   return r;
 }
 
+bool Model::gradients_finite() {
+  const std::vector<float> all = gradient_snapshot(*this);
+  return std::all_of(all.begin(), all.end(), [](float v) { return std::isfinite(v); });
+}
+
 std::vector<GradientBucket> Model::gradient_buckets() const { return {GradientBucket{0, gradient_count()}}; }
 
 std::vector<float> gradient_snapshot(Model& model) {

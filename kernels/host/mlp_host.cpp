@@ -277,6 +277,12 @@ BatchResult HostMlp::backward(const float* features, const std::int32_t* labels,
   return r;
 }
 
+// A plain loop: P floats against the step's O(n P) GEMM work, in the cache right after the
+// reduction wrote them.
+bool HostMlp::gradients_finite() {
+  return std::all_of(gradients_.begin(), gradients_.end(), [](float v) { return std::isfinite(v); });
+}
+
 void HostMlp::apply_update() {
   const std::int64_t count = decode_sample_count(gradients_.data() + layout_.parameter_count);
   if (count <= 0) return;

@@ -35,6 +35,7 @@ class HostMlp final : public Model {
   BatchResult evaluate(const float* features, const std::int32_t* labels, std::int64_t n) override;
   [[nodiscard]] float* gradient_buffer() override { return gradients_.data(); }
   [[nodiscard]] std::int64_t gradient_count() const override { return layout_.parameter_count + kSampleCountSlots; }
+  [[nodiscard]] bool gradients_finite() override;
   void apply_update() override;
   void synchronize() override {}
   [[nodiscard]] std::vector<float> parameters() const override { return parameters_; }

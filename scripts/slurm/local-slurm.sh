@@ -25,9 +25,15 @@ start)
   mkdir -p "$D"/{state,spool,log,run,munge,tmp}
   chmod 755 "$D"  # munged requires world-execute on the directories above its socket
   nodes=${ANTDT_SLURM_NODES:-1}
-  case $nodes in '' | *[!0-9]*) echo "local-slurm: ANTDT_SLURM_NODES must be a number" >&2; exit 2 ;; esac
+  if ! [[ $nodes =~ ^[1-9][0-9]{0,2}$ ]]; then echo "local-slurm: ANTDT_SLURM_NODES must be a number, not '$nodes'" >&2; exit 2; fi
   if [ "$nodes" -gt 1 ]; then cpus=${ANTDT_SLURM_CPUS:-2}; else cpus=${ANTDT_SLURM_CPUS:-8}; fi
-  case $cpus in '' | *[!0-9]*) echo "local-slurm: ANTDT_SLURM_CPUS must be a number" >&2; exit 2 ;; esac
+  ctld_port=${ANTDT_SLURMCTLD_PORT:-6817}
+  slurmd_port=${ANTDT_SLURMD_PORT:-6818}
+  # They are pasted into slurm.conf, which slurmctld runs as root: numbers only (a newline in one
+  # would add a configuration line, a prologue command say).
+  for v in "ANTDT_SLURM_CPUS=$cpus" "ANTDT_SLURMCTLD_PORT=$ctld_port" "ANTDT_SLURMD_PORT=$slurmd_port"; do
+    if ! [[ ${v#*=} =~ ^[1-9][0-9]{0,4}$ ]]; then echo "local-slurm: ${v%%=*} must be a number, not '${v#*=}'" >&2; exit 2; fi
+  done
   cat > "$D/slurm.conf" <<CONF
 ClusterName=antdt-test
 SlurmctldHost=localhost
@@ -36,7 +42,7 @@ SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
 AuthInfo=socket=$D/munge/munge.socket
-SlurmctldPort=${ANTDT_SLURMCTLD_PORT:-6817}
+SlurmctldPort=$ctld_port
 StateSaveLocation=$D/state
 SlurmdSpoolDir=$D/spool/%n
 TmpFS=$D/tmp/%n
@@ -62,7 +68,7 @@ KillWait=5
 MinJobAge=60
 Waittime=0
 CONF
-  port=${ANTDT_SLURMD_PORT:-6818}
+  port=$slurmd_port
   if [ "$nodes" -eq 1 ]; then
     names=(localhost)
     echo "NodeName=localhost NodeAddr=127.0.0.1 Port=$port CPUs=$cpus Boards=1 SocketsPerBoard=1 CoresPerSocket=$cpus ThreadsPerCore=1 RealMemory=16000 State=UNKNOWN" >> "$D/slurm.conf"

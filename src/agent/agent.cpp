@@ -194,6 +194,8 @@ protocol::StepReport Agent::report(double loss_sum, std::int64_t correct) {
   r.loss_sum = loss_sum;
   r.micro_steps = micro_steps_;
   r.stop = stop_asked_ != 0;
+  r.checkpoint = checkpoint_asked_;
+  checkpoint_asked_ = false;
   return r;
 }
 
@@ -225,6 +227,7 @@ StepSummary Agent::apply(const protocol::StepReply& reply, std::shared_ptr<const
   s.loss_sum = reply.loss_sum;
   s.correct = reply.correct;
   s.max_compute_seconds = reply.max_compute_seconds;
+  s.checkpoint_requested = reply.checkpoint;
   s.completed_epochs = completed_epochs_;
   if (reply.ends_step) {
     in_step_ = false;

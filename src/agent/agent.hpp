@@ -91,6 +91,9 @@ class Agent {
   // Asks the run to stop after the current (or next) step: the next report carries it. Safe to
   // call from a signal handler (one volatile sig_atomic_t store).
   void request_stop() noexcept { stop_asked_ = 1; }
+  // Asks every rank to checkpoint after the current step (only that one: the request is cleared
+  // by the report that carries it).
+  void request_checkpoint() noexcept { checkpoint_asked_ = true; }
   // Closes the step's timing and says what the rank did. UsageError without begin().
   [[nodiscard]] protocol::StepReport report(double loss_sum, std::int64_t correct);
   // Takes this rank's reply (and the plan that came with it, when reply.plan_follows).
@@ -136,6 +139,7 @@ class Agent {
   bool restart_ = false;
   bool stopped_ = false;
   volatile std::sig_atomic_t stop_asked_ = 0;  // written by request_stop, maybe in a signal handler
+  bool checkpoint_asked_ = false;
   std::int64_t completed_epochs_ = 0;
   std::int64_t committed_total_ = 0;
 

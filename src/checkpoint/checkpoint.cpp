@@ -39,6 +39,7 @@
 #include "antdt/error.hpp"
 #include "antdt/log.hpp"
 #include "checkpoint/fnv1a.hpp"
+#include "checkpoint/store_names.hpp"
 #include "core/h5.hpp"
 
 namespace fs = std::filesystem;
@@ -55,6 +56,7 @@ namespace antdt {
 
 namespace {
 
+using detail::h5_error_message;
 using detail::H5Handle;
 using detail::H5QuietErrors;
 
@@ -167,12 +169,12 @@ Listing scan_directory(const fs::path& directory) {
 void fsync_path(const fs::path& path, bool directory) {
   const int fd = ::open(path.c_str(), O_RDONLY | (directory ? O_DIRECTORY : 0) | O_CLOEXEC);
   if (fd < 0) {
-    throw FileError("cannot open '" + path.string() + "' to fsync it: " + std::strerror(errno));
+    throw WriteError("cannot open '" + path.string() + "' to fsync it: " + std::strerror(errno));
   }
   const int rc = ::fsync(fd);
   const int saved = errno;
   ::close(fd);
-  if (rc != 0) throw FileError("fsync of '" + path.string() + "' failed: " + std::strerror(saved));
+  if (rc != 0) throw WriteError("fsync of '" + path.string() + "' failed: " + std::strerror(saved));
 }
 
 void remove_quietly(const fs::path& path, const char* why) noexcept {
@@ -189,21 +191,6 @@ void remove_quietly(const fs::path& path, const char* why) noexcept {
 // ---------------------------------------------------------------------------------------
 // HDF5 helpers
 // ---------------------------------------------------------------------------------------
-
-// The innermost message on HDF5's error stack (it names the cause, e.g. "truncated file"),
-// and clears the stack.
-std::string h5_error_message() {
-  std::string message;
-  auto walker = [](unsigned, const H5E_error2_t* err, void* data) -> herr_t {
-    auto* out = static_cast<std::string*>(data);
-    // UPWARD visits the most specific entry (where the error was detected) first.
-    if (out->empty() && err && err->desc && *err->desc) *out = err->desc;
-    return 0;
-  };
-  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, walker, &message);
-  H5Eclear2(H5E_DEFAULT);
-  return message.empty() ? "unknown HDF5 error" : message;
-}
 
 // File access properties shared by writer and reader. File locking is off: the writer's
 // temporary file is private to it and a committed file is never written again, so there is
@@ -354,7 +341,7 @@ namespace {
 
 [[noreturn]] void throw_write_error(const detail::CheckpointWriterState& s, const std::string& name,
                                     const std::string& what) {
-  throw FileError("checkpoint '" + s.tmp_path.string() + "': cannot write data set '" + name + "': " + what);
+  throw WriteError("checkpoint '" + s.tmp_path.string() + "': cannot write data set '" + name + "': " + what);
 }
 
 detail::CheckpointWriterState& usable(const std::unique_ptr<detail::CheckpointWriterState>& state) {
@@ -437,8 +424,8 @@ void write_root_attribute(detail::CheckpointWriterState& s, const char* attr_nam
   H5Handle attr =
       detail::h5_attribute(H5Acreate2(s.file.get(), attr_name, file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT));
   if (!space.valid() || !attr.valid() || H5Awrite(attr.get(), mem_type, value) < 0) {
-    throw FileError("checkpoint '" + s.tmp_path.string() + "': cannot write attribute '" + attr_name +
-                    "': " + h5_error_message());
+    throw WriteError("checkpoint '" + s.tmp_path.string() + "': cannot write attribute '" + attr_name +
+                     "': " + h5_error_message());
   }
 }
 
@@ -455,16 +442,16 @@ CheckpointWriter::CheckpointWriter(std::string directory, std::int64_t step)
   std::error_code ec;
   fs::create_directories(s.directory, ec);
   if (ec || !fs::is_directory(s.directory)) {
-    throw FileError("cannot create checkpoint directory '" + s.directory.string() +
-                    "': " + (ec ? ec.message() : std::string("not a directory")));
+    throw WriteError("cannot create checkpoint directory '" + s.directory.string() +
+                     "': " + (ec ? ec.message() : std::string("not a directory")));
   }
   s.tmp_path = s.directory / tmp_name(step);
   H5Handle fapl = make_fapl(true);
   // TRUNC: a temporary file of the same step left by a crashed run is simply replaced.
   s.file = detail::h5_file(H5Fcreate(s.tmp_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()));
   if (!s.file.valid()) {
-    throw FileError("cannot create checkpoint file '" + s.tmp_path.string() + "': " + h5_error_message() +
-                    "; check that the directory is writable and has space");
+    throw WriteError("cannot create checkpoint file '" + s.tmp_path.string() + "': " + h5_error_message() +
+                     "; check that the directory is writable and has space");
   }
 }
 
@@ -548,14 +535,14 @@ std::string CheckpointWriter::commit(int keep) {
     // Flush is checked; the close that follows cannot be (H5Handle swallows it) but has
     // nothing left to write.
     if (H5Fflush(s.file.get(), H5F_SCOPE_GLOBAL) < 0) {
-      throw FileError("checkpoint '" + s.tmp_path.string() + "': flush failed: " + h5_error_message());
+      throw WriteError("checkpoint '" + s.tmp_path.string() + "': flush failed: " + h5_error_message());
     }
     s.file.reset();
     fsync_path(s.tmp_path, false);
     std::error_code ec;
     fs::rename(s.tmp_path, final_path, ec);
     if (ec) {
-      throw FileError("cannot rename '" + s.tmp_path.string() + "' to '" + final_path.string() + "': " + ec.message());
+      throw WriteError("cannot rename '" + s.tmp_path.string() + "' to '" + final_path.string() + "': " + ec.message());
     }
     s.committed = true;
     fsync_path(s.directory, true);
@@ -564,11 +551,11 @@ std::string CheckpointWriter::commit(int keep) {
     if (!s.committed) {
       s.committed = true;  // the writer is spent either way
       remove_quietly(s.tmp_path, "failed checkpoint");
-      throw FileError("checkpoint commit of '" + final_path.string() +
-                      "' failed, previous checkpoints kept: " + e.what());
+      throw WriteError("checkpoint commit of '" + final_path.string() +
+                       "' failed, previous checkpoints kept: " + e.what());
     }
-    throw FileError("checkpoint '" + final_path.string() +
-                    "' was renamed into place but may not be durable: " + e.what());
+    throw WriteError("checkpoint '" + final_path.string() +
+                     "' was renamed into place but may not be durable: " + e.what());
   }
 
   // Retention. Steps only move forward within a run, so a committed checkpoint with a larger
@@ -979,6 +966,24 @@ std::vector<std::string> list_checkpoints(const std::string& directory) {
   std::vector<std::string> paths;
   for (const auto& [step, path] : scan_directory(directory).committed) paths.push_back(path.string());
   return paths;
+}
+
+void remove_checkpoints(const std::string& directory) {
+  const Listing listing = scan_directory(directory);
+  std::vector<fs::path> all = listing.temporaries;
+  for (const auto& [step, path] : listing.committed) all.push_back(path);
+  for (const fs::path& path : all) {
+    std::error_code ec;
+    fs::remove(path, ec);
+    if (ec) throw WriteError("cannot delete checkpoint '" + path.string() + "': " + ec.message());
+  }
+  if (!all.empty()) fsync_path(directory, true);
+}
+
+bool is_checkpoint_store_name(const std::string& file_name) {
+  return parse_final_name(file_name).has_value() || is_tmp_name(file_name) ||
+         file_name == detail::kCheckpointLockFile || file_name == detail::kRunIdentityFile ||
+         file_name == detail::kRunIdentityTmpFile;
 }
 
 std::optional<std::string> find_latest_checkpoint(const std::string& directory) {

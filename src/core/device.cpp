@@ -110,11 +110,12 @@ struct PinnedBlocks {
   std::mutex mutex;
   std::unordered_set<const void*> blocks;
 };
-PinnedBlocks& pinned_blocks() {
+// Used only where CUDA is built; a host-only build (the asan preset) has no pinned blocks.
+[[maybe_unused]] PinnedBlocks& pinned_blocks() {
   static auto* blocks = new PinnedBlocks;  // never destroyed: static vectors may free after exit
   return *blocks;
 }
-std::atomic<bool> g_pin_failure_reported{false};
+[[maybe_unused]] std::atomic<bool> g_pin_failure_reported{false};
 }  // namespace
 
 void* allocate_host(std::size_t bytes, [[maybe_unused]] bool page_locked) {

@@ -49,6 +49,32 @@ inline H5Handle h5_plist(hid_t id) { return {id, H5Pclose}; }
 inline H5Handle h5_type(hid_t id) { return {id, H5Tclose}; }
 inline H5Handle h5_attribute(hid_t id) { return {id, H5Aclose}; }
 
+// The innermost message on HDF5's error stack (it names the cause, e.g. "truncated file: eof =
+// ..."), as one line, and clears the stack. HDF5's system-call messages carry its internals
+// ("unable to open file: name = 'x', errno = 30, error message = 'Read-only file system',
+// flags = 13, o_flags = 242"): only the operating system's text is kept of those.
+inline std::string h5_error_message() {
+  std::string message;
+  auto walker = [](unsigned, const H5E_error2_t* err, void* data) -> herr_t {
+    auto* out = static_cast<std::string*>(data);
+    // UPWARD visits the most specific entry (where the error was detected) first.
+    if (out->empty() && err && err->desc && *err->desc) *out = err->desc;
+    return 0;
+  };
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, walker, &message);
+  H5Eclear2(H5E_DEFAULT);
+  const std::string marker = "error message = '";
+  if (const auto at = message.find(marker); at != std::string::npos) {
+    const auto begin = at + marker.size();
+    const auto end = message.find('\'', begin);
+    message = message.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+  }
+  for (char& c : message) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  return message.empty() ? "unknown HDF5 error" : message;
+}
+
 // Silences HDF5's automatic error printing for the lifetime of the guard (antdt reports
 // errors itself, in one line), restoring the previous handler afterwards.
 class H5QuietErrors {

@@ -3,8 +3,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <thread>
+
+#include <unistd.h>
 
 #include "antdt/error.hpp"
 
@@ -120,6 +124,56 @@ void StepGate::pass_other(std::int64_t step) {
   }
   if (go_ == 0)
     throw StallError("step " + std::to_string(step) + ": rank 0 found a stalled rank and stopped the step", false);
+}
+
+StallWatchdog::StallWatchdog(double seconds, int rank) : seconds_(seconds), rank_(rank), thread_([this] { watch(); }) {}
+
+StallWatchdog::~StallWatchdog() {
+  {
+    std::lock_guard lock(mutex_);
+    quit_ = true;
+  }
+  wake_.notify_one();
+  thread_.join();
+}
+
+void StallWatchdog::arm(std::int64_t step) {
+  {
+    std::lock_guard lock(mutex_);
+    armed_ = true;
+    step_ = step;
+    deadline_ = steady_seconds() + seconds_;
+  }
+  wake_.notify_one();
+}
+
+void StallWatchdog::disarm() {
+  std::lock_guard lock(mutex_);
+  armed_ = false;
+}
+
+void StallWatchdog::watch() {
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    if (quit_) return;
+    if (!armed_) {
+      wake_.wait(lock);
+      continue;
+    }
+    const double left = deadline_ - steady_seconds();
+    if (left > 0) {
+      wake_.wait_for(lock, std::chrono::duration<double>(left));
+      continue;
+    }
+    // Formatted before, written with one write(2): nothing here may take a lock MPI holds.
+    char line[256];
+    const int n = std::snprintf(line, sizeof line,
+                                "antdt: rank %d: the gradient reduction of step %lld has not ended %.0f s after it "
+                                "began (a rank stalled inside it; step timeout); ending this process\n",
+                                rank_, static_cast<long long>(step_), seconds_);
+    if (n > 0) (void)!::write(STDERR_FILENO, line, static_cast<std::size_t>(std::min<int>(n, sizeof line - 1)));
+    std::_Exit(kStallExitCode);
+  }
 }
 
 }  // namespace antdt::detail

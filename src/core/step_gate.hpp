@@ -10,10 +10,13 @@
 // arrived, and the reduction that follows waits for nobody.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <mutex>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <mpi.h>
@@ -64,6 +67,36 @@ class StepGate {
   std::int64_t go_ = 0;       // rank 0's word: 1 go on, 0 stop
   std::vector<std::int64_t> arrivals_;
   std::vector<MPI_Request> requests_;
+};
+
+// The last resort behind the gate: a blocking collective (MPI_Allreduce, an NCCL all-reduce)
+// has no timeout, and a rank that stalls inside one, after every rank passed the gate, would
+// hold the others there for good. While armed, a thread watches the clock; past the deadline it
+// writes one line to stderr and ends the process with kStallExitCode (no MPI call: it is not
+// the thread MPI was given). The launcher (mpirun; srun --kill-on-bad-exit) then ends the job.
+class StallWatchdog {
+ public:
+  static constexpr int kStallExitCode = 5;
+
+  StallWatchdog(double seconds, int rank);
+  ~StallWatchdog();
+  StallWatchdog(const StallWatchdog&) = delete;
+  StallWatchdog& operator=(const StallWatchdog&) = delete;
+
+  void arm(std::int64_t step);  // the reduction of `step` begins
+  void disarm();                // it ended
+
+ private:
+  void watch();
+
+  double seconds_;
+  int rank_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool armed_ = false, quit_ = false;
+  std::int64_t step_ = 0;
+  double deadline_ = 0.0;
+  std::thread thread_;
 };
 
 }  // namespace antdt::detail

@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <limits>
+#include <new>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -80,7 +82,14 @@ Hdf5Dataset::Hdf5Dataset(const std::string& path, Hdf5Names names, ReadMode mode
     if (H5Pset_fapl_mpio(h_->fapl.get(), comm, MPI_INFO_NULL) < 0) throw fail("", "cannot select the MPI-IO driver");
   }
   h_->file = detail::h5_file(H5Fopen(path_.c_str(), H5F_ACC_RDONLY, h_->fapl.get()));
-  if (!h_->file.valid()) throw fail("", "cannot be opened read-only");
+  if (!h_->file.valid()) {
+    // A file cut short (a copy or a write that stopped, a full disk) fails here with HDF5's
+    // "truncated file: eof = ..."; say so in words, with HDF5's own reason.
+    const std::string why = detail::h5_error_message();
+    throw fail("", (why.find("truncated") != std::string::npos
+                        ? "is truncated (shorter than HDF5 recorded: " + why + "); copy or write it again"
+                        : "cannot be opened read-only: " + why + "; it may be damaged or truncated"));
+  }
 
   auto open_set = [&](const std::string& set) {
     if (H5Lexists(h_->file.get(), set.c_str(), H5P_DEFAULT) <= 0) {
@@ -120,10 +129,35 @@ Hdf5Dataset::Hdf5Dataset(const std::string& path, Hdf5Names names, ReadMode mode
   }
   if (feature_dims[0] == 0) throw fail(names_.features, "is empty (N = 0); a data set needs at least one sample");
   if (feature_dims[1] == 0) throw fail(names_.features, "has D = 0 features per sample");
+  // A data set's header can claim any extent. For the contiguous layout (antdt-datagen's,
+  // h5py's default) and the compact one the bytes stored must be the bytes claimed: so a
+  // damaged header is an error here, before anything is sized by it or read through it.
+  auto check_storage = [&](const H5Handle& set, const std::string& name, hsize_t elements) {
+    H5Handle dcpl = detail::h5_plist(H5Dget_create_plist(set.get()));
+    if (!dcpl.valid()) throw fail(name, "cannot read its storage layout");
+    const H5D_layout_t layout = H5Pget_layout(dcpl.get());
+    if (layout != H5D_CONTIGUOUS && layout != H5D_COMPACT) return;  // chunked: maybe compressed
+    const hsize_t stored = H5Dget_storage_size(set.get());
+    if (elements > std::numeric_limits<hsize_t>::max() / 4 || stored != elements * 4) {
+      throw fail(name, "claims " + std::to_string(elements) + " values but stores " + std::to_string(stored) +
+                           " bytes; the file is damaged or truncated");
+    }
+  };
+  check_storage(h_->features, names_.features, feature_dims[0] * feature_dims[1]);
+  check_storage(labels, names_.labels, label_dims[0]);
+  if (feature_dims[1] > static_cast<hsize_t>(std::numeric_limits<std::int32_t>::max()) ||
+      feature_dims[0] > static_cast<hsize_t>(std::numeric_limits<std::int64_t>::max() / 8)) {
+    throw fail(names_.features,
+               "has an implausible shape " + std::to_string(feature_dims[0]) + " x " + std::to_string(feature_dims[1]));
+  }
   size_ = static_cast<std::int64_t>(feature_dims[0]);
   dim_ = static_cast<std::int64_t>(feature_dims[1]);
 
-  labels_.resize(static_cast<std::size_t>(size_));
+  try {
+    labels_.resize(static_cast<std::size_t>(size_));
+  } catch (const std::bad_alloc&) {
+    throw fail(names_.labels, "its " + std::to_string(size_) + " labels do not fit in memory");
+  }
   if (H5Dread(labels.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, labels_.data()) < 0) {
     throw fail(names_.labels, "cannot be read");
   }
@@ -141,8 +175,14 @@ Hdf5Dataset::Hdf5Dataset(const std::string& path, Hdf5Names names, ReadMode mode
       throw fail(names_.labels, "attribute 'num_classes' is " + std::to_string(classes) + "; it must be >= 1");
     num_classes_ = classes;
   } else {
-    num_classes_ = 1 + *std::max_element(labels_.begin(), labels_.end());
-    if (num_classes_ < 1) num_classes_ = 1;
+    // max + 1 in 64 bits: a label of INT32_MAX (a damaged file, found by fuzzing) leaves no
+    // int32 class count above it.
+    const std::int64_t classes = 1 + static_cast<std::int64_t>(*std::max_element(labels_.begin(), labels_.end()));
+    if (classes > std::numeric_limits<std::int32_t>::max()) {
+      throw fail(names_.labels, "has a label of " + std::to_string(classes - 1) +
+                                    ", so no int32 class count covers it; the labels are damaged");
+    }
+    num_classes_ = std::max<std::int32_t>(1, static_cast<std::int32_t>(classes));
   }
   for (std::size_t i = 0; i < labels_.size(); ++i) {
     if (labels_[i] < 0 || labels_[i] >= num_classes_) {

@@ -209,8 +209,10 @@ StepDecision StepCoordinator::decide(std::span<const StepReport> reports) {
     ANTDT_LOG(warn) << "step " << step_ << ": " << restart_->reason;
   }
   std::string asked;
-  for (std::size_t r = 0; r < reports.size(); ++r)
+  for (std::size_t r = 0; r < reports.size(); ++r) {
     if (reports[r].stop) asked += (asked.empty() ? "" : ",") + std::to_string(r);
+    totals.checkpoint = totals.checkpoint || reports[r].checkpoint;
+  }
   if (!asked.empty()) {  // a signal (time limit, preemption, Ctrl-C): end with this step
     stopped_ = true;
     totals.stopped = true;

@@ -20,7 +20,7 @@
 namespace antdt::protocol {
 
 struct StepReport {
-  static constexpr std::uint8_t kVersion = 2;  // 2: stop
+  static constexpr std::uint8_t kVersion = 2;  // 2: stop, checkpoint
 
   std::int64_t step = 0;          // the step it reports; must be rank 0's
   std::int64_t plan_version = 0;  // the plan it ran under; must be rank 0's plan in force
@@ -31,12 +31,13 @@ struct StepReport {
   double reduce_seconds = 0.0;
   double loss_sum = 0.0;
   std::int32_t micro_steps = 0;
-  bool stop = false;  // this rank was asked to stop (a signal): the run should end after this step
+  bool stop = false;        // this rank was asked to stop (a signal): the run should end after this step
+  bool checkpoint = false;  // this rank asks every rank to checkpoint after this step (a timer, say)
 
   template <class Self, class F>
   static void fields(Self& m, F&& f) {
     f(m.step), f(m.plan_version), f(m.consumed), f(m.correct), f(m.compute_seconds), f(m.data_wait_seconds),
-        f(m.reduce_seconds), f(m.loss_sum), f(m.micro_steps), f(m.stop);
+        f(m.reduce_seconds), f(m.loss_sum), f(m.micro_steps), f(m.stop), f(m.checkpoint);
   }
 };
 
@@ -53,6 +54,7 @@ struct StepReply {
   bool plan_follows = false;  // a new plan comes with this reply (effective at its effective_step)
   bool restart = false;       // kill-restart: no step follows; checkpoint, then exit for resubmission
   bool stopped = false;       // some rank asked to stop: no step follows; checkpoint, then exit
+  bool checkpoint = false;    // some rank asked for a checkpoint: every rank takes one after this step
   // Pooled steps by deadline (PoolMechanism::deadline): the compute-seconds each rank may spend
   // on the next step's chunks; 0: none yet (each rank does its share).
   double deadline_seconds = 0.0;
@@ -68,8 +70,8 @@ struct StepReply {
   template <class Self, class F>
   static void fields(Self& m, F&& f) {
     f(m.status), f(m.error), f(m.ends_step), f(m.finished), f(m.plan_follows), f(m.restart), f(m.stopped),
-        f(m.deadline_seconds), f(m.completed_epochs), f(m.committed_total), f(m.samples), f(m.correct), f(m.loss_sum),
-        f(m.max_compute_seconds), f(m.grants);
+        f(m.checkpoint), f(m.deadline_seconds), f(m.completed_epochs), f(m.committed_total), f(m.samples), f(m.correct),
+        f(m.loss_sum), f(m.max_compute_seconds), f(m.grants);
   }
 };
 

@@ -105,6 +105,7 @@ void summarize_session(const Session& session, RunSummary& s) {
   s.assessments = session.assessments();
   s.coverage = session.coverage();
   s.restart = session.restart_decision();
+  s.stopped = session.stopped();
   s.duplicated_samples = s.missing_samples = 0;
   for (const auto& c : s.coverage) {
     s.duplicated_samples += c.duplicated;
@@ -128,6 +129,7 @@ std::string summary_json(const RunSummary& s) {
   o << "  \"nodes\": [";
   for (std::size_t i = 0; i < s.nodes.size(); ++i) o << (i ? ", " : "") << json_string(s.nodes[i]);
   o << "],\n";
+  o << "  \"model_layers\": " << json_array(s.model_layers) << ",\n";
   o << "  \"emulated\": " << (s.emulated ? "true" : "false") << ",\n";
   o << "  \"emulation\": " << json_string(s.emulation) << ",\n";
   o << "  \"emulated_speeds\": " << json_array(s.emulated_speeds) << ",\n";
@@ -148,6 +150,8 @@ std::string summary_json(const RunSummary& s) {
   o << "  \"final_split\": " << json_array(s.final_split) << ",\n";
   o << "  \"duplicated_samples\": " << s.duplicated_samples << ",\n";
   o << "  \"missing_samples\": " << s.missing_samples << ",\n";
+  o << "  \"non_finite_dropped\": " << s.non_finite_dropped << ",\n";
+  o << "  \"eval_non_finite_dropped\": " << s.eval_non_finite_dropped << ",\n";
   o << "  \"final_loss\": " << json_number(s.final_loss) << ",\n";
   if (s.eval_loss) o << "  \"eval_loss\": " << json_number(*s.eval_loss) << ",\n";
   if (s.eval_accuracy) o << "  \"eval_accuracy\": " << json_number(*s.eval_accuracy) << ",\n";
@@ -170,6 +174,8 @@ std::string summary_json(const RunSummary& s) {
       << ", \"reason\": " << json_string(p.reason) << "}";
   }
   o << "],\n";
+  o << "  \"stopped\": " << (s.stopped ? "true" : "false") << ", \"stopped_by\": " << json_string(s.stopped_by)
+    << ",\n";
   if (s.restart) {
     const auto& r = *s.restart;
     std::vector<std::string> nodes = r.nodes;
@@ -223,8 +229,16 @@ std::string summary_text(const RunSummary& s) {
     o << "] " << p.reason << "\n";
   }
   if (s.restart) o << "STOPPED for a kill-restart: " << s.restart->reason << "\n";
+  if (s.stopped) {
+    o << "STOPPED by " << (s.stopped_by.empty() ? "a signal to another rank" : s.stopped_by)
+      << " before the end of the run: continue it with --resume\n";
+  }
   o << "samples duplicated " << s.duplicated_samples << ", missing " << s.missing_samples << " (over "
     << s.coverage.size() << " completed epochs)\n";
+  if (s.non_finite_dropped > 0 || s.eval_non_finite_dropped > 0) {
+    o << "samples left out for a NaN or infinite feature (--skip-non-finite): " << s.non_finite_dropped
+      << " of the training set, " << s.eval_non_finite_dropped << " of the evaluation set\n";
+  }
   o << std::setprecision(5) << "final training loss " << s.final_loss;
   if (s.eval_accuracy) o << ", eval loss " << *s.eval_loss << ", eval accuracy " << *s.eval_accuracy;
   o << "\n";
@@ -251,7 +265,7 @@ class StreamedFile {
     check();
   }
   void check() {
-    if (!out_) throw FileError("error while writing " + path_ + " (is the disk full?)");
+    if (!out_) throw WriteError("error while writing " + path_ + " (is the disk full?)");
   }
   void close() {
     out_.flush();

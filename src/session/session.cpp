@@ -66,6 +66,7 @@ struct Session::Impl {
   agent::Agent agent;
   std::unique_ptr<detail::RmaStepPool> pool;               // pooled steps only
   std::unique_ptr<detail::StepGate> gate;                  // a step timeout: the arrival check
+  std::unique_ptr<detail::StallWatchdog> watchdog;         // ... and the guard of the reduction after it
   std::unique_ptr<protocol::StepCoordinator> coordinator;  // rank 0 only
   std::vector<Plan> history;                               // rank 0: the plans of this run; others: the plans applied
   detail::RunRecorder recorder;                            // rank 0
@@ -87,7 +88,10 @@ struct Session::Impl {
                  : nullptr),
         gate(opt.step_timeout_seconds > 0.0 ? std::make_unique<detail::StepGate>(comm, opt.step_timeout_seconds,
                                                                                  [this](int r) { return rank_name(r); })
-                                            : nullptr) {
+                                            : nullptr),
+        watchdog(gate ? std::make_unique<detail::StallWatchdog>(
+                            opt.step_timeout_seconds + detail::grace_seconds(opt.step_timeout_seconds), comm.rank())
+                      : nullptr) {
     channel.set_timeout(opt.step_timeout_seconds);
   }
 
@@ -118,11 +122,23 @@ struct Session::Impl {
     agent.reset_plan(std::move(current), pending.empty() ? nullptr : plan_from(pending));
   }
 
+  // `gated`: every rank passes the step gate before the reduction begins. Not for an
+  // overlapped reduction: its first buckets' all-reduces began during the backward pass (a
+  // rank with no samples starts them all only here), so the ranks already meet inside it and a
+  // gate between would deadlock; a stall there is caught at the control exchange that follows
+  // (its timeout), or not at all when it is inside a bucket's all-reduce.
   template <class F>
-  void timed_reduction(F&& reduce) {
+  void timed_reduction(bool gated, F&& reduce) {
     agent.mark_compute_done();
     const double t0 = seconds_now();
-    if (gate) gate->pass(agent.step());  // every rank is here before anyone enters the reduction
+    if (gate && gated) gate->pass(agent.step());  // every rank is here before anyone enters the reduction
+    struct Disarm {
+      detail::StallWatchdog* w;
+      ~Disarm() {
+        if (w) w->disarm();
+      }
+    } disarm{watchdog.get()};
+    if (watchdog) watchdog->arm(agent.step());
     reduce();
     agent.add_reduce_seconds(seconds_now() - t0);
   }
@@ -249,16 +265,16 @@ std::vector<std::int64_t> Session::next_chunk() {
 void Session::chunk_done(double measured_seconds) { impl_->agent.chunk_done(measured_seconds); }
 
 void Session::reduce_sums(float* buffer, std::int64_t count, GradientReducer& reducer) {
-  impl_->timed_reduction([&] { reducer.allreduce_sum(buffer, count); });
+  impl_->timed_reduction(true, [&] { reducer.allreduce_sum(buffer, count); });
 }
 
 void Session::reduce_sums(OverlappedReduction& reduction) {
-  impl_->timed_reduction([&] { reduction.finish(); });
+  impl_->timed_reduction(false, [&] { reduction.finish(); });
 }
 
 std::int64_t Session::reduce(std::span<float> gradient_sums, std::int64_t local_samples) {
   std::int64_t total = 0;
-  impl_->timed_reduction([&] {
+  impl_->timed_reduction(true, [&] {
     // One fused reduction: the count rides in trailing digit slots, exact at any count
     // (antdt/sample_count.hpp).
     std::vector<float> fused(gradient_sums.size() + kSampleCountSlots);
@@ -291,6 +307,7 @@ StepSummary Session::end_step(double loss_sum, std::int64_t correct) {
 bool Session::finished() const noexcept { return impl_->agent.finished(); }
 bool Session::restart_requested() const noexcept { return impl_->agent.restart_requested(); }
 void Session::request_stop() noexcept { impl_->agent.request_stop(); }
+void Session::request_checkpoint() noexcept { impl_->agent.request_checkpoint(); }
 bool Session::stopped() const noexcept { return impl_->agent.stopped(); }
 
 std::optional<RestartDecision> Session::restart_decision() const {

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,10 +23,18 @@
 #include "checkpoint/fnv1a.hpp"
 
 namespace fs = std::filesystem;
+using antdt::CheckpointDirectoryLock;
 using antdt::CheckpointError;
 using antdt::CheckpointReader;
 using antdt::CheckpointWriter;
+using antdt::describe_difference;
+using antdt::FileError;
+using antdt::is_checkpoint_store_name;
+using antdt::read_run_identity;
+using antdt::remove_checkpoints;
+using antdt::RunIdentity;
 using antdt::UsageError;
+using antdt::write_run_identity;
 
 namespace {
 
@@ -193,6 +202,60 @@ TEST_F(Checkpoint, RoundTripsEveryType) {
 
   CheckpointReader moved(std::move(r));
   EXPECT_EQ(moved.int64("top"), 5);
+}
+
+TEST_F(Checkpoint, DirectoryLockExcludesASecondHolderAndNamesTheFirst) {
+  // flock locks belong to an open file description, so a second lock in this very process is
+  // refused as one in another process would be.
+  std::optional<CheckpointDirectoryLock> first(std::in_place, dir_.string());
+  EXPECT_TRUE(first->held());
+  try {
+    CheckpointDirectoryLock second(dir_.string());
+    ADD_FAILURE() << "a second lock of one directory was granted";
+  } catch (const FileError& e) {
+    expect_message(e.what(), dir_.string(), {"in use by another run", ("pid " + std::to_string(::getpid())).c_str()});
+  }
+  first.reset();
+  CheckpointDirectoryLock again(dir_.string());  // released with its holder
+  EXPECT_TRUE(again.held());
+  EXPECT_TRUE(is_checkpoint_store_name("antdt.lock"));
+  EXPECT_TRUE(is_checkpoint_store_name("antdt-run"));
+  EXPECT_TRUE(is_checkpoint_store_name("ckpt-00000007.h5"));
+  EXPECT_TRUE(is_checkpoint_store_name(".ckpt-7.h5.tmp"));
+  EXPECT_FALSE(is_checkpoint_store_name("summary.json"));
+}
+
+TEST_F(Checkpoint, RunIdentityRoundTripsAndNamesWhatDiffers) {
+  fs::create_directories(dir_);
+  EXPECT_FALSE(read_run_identity(dir_.string()).has_value());
+  RunIdentity mine{{{"data", "/d/train.h5"}, {"model_shape", "8,16,4"}, {"model_seed", "1"}}};
+  write_run_identity(dir_.string(), mine);
+  const auto back = read_run_identity(dir_.string());
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->fields, mine.fields);
+  EXPECT_EQ(describe_difference(*back, mine), "");
+  RunIdentity other = mine;
+  other.fields[1].second = "8,32,4";
+  other.fields.pop_back();
+  other.fields.emplace_back("optimizer", "adam");
+  EXPECT_EQ(describe_difference(mine, other),
+            "model_shape: 8,16,4 there, 8,32,4 here; model_seed: 1 there, (none) here; optimizer: (none) there, adam "
+            "here");
+  EXPECT_THROW(write_run_identity(dir_.string(), RunIdentity{{{"Bad Key", "x"}}}), UsageError);
+  EXPECT_THROW(write_run_identity(dir_.string(), RunIdentity{{{"key", "two\nlines"}}}), UsageError);
+  {
+    std::ofstream f(dir_ / "antdt-run");
+    f << "data = x\nnot a key value line\n";
+  }
+  expect_message(error_of([&] { (void)read_run_identity(dir_.string()); }), "antdt-run", {"line 2"});
+}
+
+TEST_F(Checkpoint, RemoveCheckpointsDeletesOnlyTheStoresCheckpoints) {
+  for (std::int64_t step : {3, 6}) (void)commit_step(step, 5);
+  { std::ofstream(dir_ / "notes.txt") << "mine"; }
+  { std::ofstream(dir_ / ".ckpt-9.h5.tmp") << "half"; }
+  remove_checkpoints(dir_.string());
+  EXPECT_EQ(file_names(), std::vector<std::string>{"notes.txt"});
 }
 
 TEST_F(Checkpoint, NothingVisibleBeforeCommit) {

@@ -15,7 +15,8 @@ import struct
 import sys
 
 KERNELS = [b"bias_activation_kernel", b"softmax_cross_entropy_kernel", b"relu_mask_kernel",
-           b"add_sample_count_kernel", b"fill_kernel", b"sgd_kernel", b"adam_kernel"]
+           b"add_sample_count_kernel", b"fill_kernel", b"sgd_kernel", b"adam_kernel", b"flag_non_finite_kernel",
+           b"prepare_update_kernel"]
 
 
 def section(path, name):

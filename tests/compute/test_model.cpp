@@ -10,6 +10,7 @@
 #include "antdt/error.hpp"
 #include "antdt/model.hpp"
 #include "compute_test_support.hpp"
+#include "core/device_copy.hpp"
 
 using namespace antdt;
 using namespace antdt::test;
@@ -307,6 +308,39 @@ TEST_P(ModelTest, OverlappedAccumulateReportsEachFinishedBucketInOrder) {
   RecordingListener idle(*streamed, buckets);
   (void)streamed->accumulate_overlapped(data.x(0), data.y(0), 0, idle);
   EXPECT_TRUE(idle.order.empty());
+}
+
+TEST_P(ModelTest, GradientsFiniteSeesEveryNonFiniteValue) {
+  MlpConfig cfg;
+  cfg.layers = {4, 9, 3};
+  auto model = make(cfg);
+  Samples data = gaussian_clusters(7, 4, 3, 2.0, 5);
+  model->zero_gradients();
+  (void)model->accumulate(data.x(0), data.y(0), data.size());
+  EXPECT_TRUE(model->gradients_finite());
+  // One NaN feature: the first layer's weight gradients it meets turn NaN (0 * NaN is NaN). The
+  // loss need not: CUDA's ReLU (fmaxf) maps a NaN activation to 0 where the host's keeps it,
+  // so only the gradient check sees this sample on both backends.
+  data.features[2 * 4 + 1] = std::nanf("");
+  model->zero_gradients();
+  (void)model->accumulate(data.x(0), data.y(0), data.size());
+  EXPECT_FALSE(model->gradients_finite());
+  // An infinity in a single slot of an otherwise finite buffer, the count slot included
+  // (the last element, where a reducer writes the sample count).
+  std::vector<float> params = model->parameters();
+  for (const std::size_t slot : {std::size_t{0}, params.size()}) {
+    model->zero_gradients();
+    (void)model->accumulate(data.x(3), data.y(3), 2);
+    ASSERT_TRUE(model->gradients_finite());
+    std::vector<float> g = gradient_snapshot(*model);
+    g[slot] = std::numeric_limits<float>::infinity();
+    if (model->backend() == Backend::host) {
+      std::copy(g.begin(), g.end(), model->gradient_buffer());
+    } else {
+      detail::copy_host_to_device(model->gradient_buffer(), g.data(), g.size() * sizeof(float));
+    }
+    EXPECT_FALSE(model->gradients_finite()) << "slot " << slot;
+  }
 }
 
 TEST_P(ModelTest, StateRoundTripsAndSizesAreChecked) {

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <string>
@@ -310,4 +311,44 @@ TEST(Hdf5, WriteFailureIsAFileErrorAndLeavesNothingBehind) {
     EXPECT_NE(std::string(e.what()).find(path), std::string::npos);
   }
   EXPECT_FALSE(fs::exists(path));
+}
+
+TEST(NonFinite, ScanFindsEveryNonFiniteSampleAndTheSubsetSkipsThem) {
+  const std::int64_t n = 23, dim = 3;
+  std::vector<float> features(static_cast<std::size_t>(n * dim));
+  std::vector<std::int32_t> labels(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) {
+    labels[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i % 2);
+    for (std::int64_t j = 0; j < dim; ++j) features[static_cast<std::size_t>(i * dim + j)] = static_cast<float>(i);
+  }
+  features[0 * dim + 2] = std::numeric_limits<float>::quiet_NaN();
+  features[9 * dim + 1] = std::numeric_limits<float>::infinity();
+  features[22 * dim + 0] = -std::numeric_limits<float>::infinity();
+  auto base = std::make_unique<InMemoryDataset>(features, labels, dim, 2);
+  // Any chunk size, any slicing: the slices' results join to the same list.
+  for (const std::int64_t chunk : {1, 4, 100}) {
+    EXPECT_EQ(find_non_finite(*base, 0, n, chunk), (std::vector<std::int64_t>{0, 9, 22})) << chunk;
+  }
+  EXPECT_EQ(find_non_finite(*base, 1, 9), std::vector<std::int64_t>{});
+  EXPECT_EQ(find_non_finite(*base, 9, 23), (std::vector<std::int64_t>{9, 22}));
+  EXPECT_THROW((void)find_non_finite(*base, 5, 24), antdt::UsageError);
+
+  SubsetDataset kept(std::move(base), {0, 9, 22});
+  ASSERT_EQ(kept.size(), n - 3);
+  EXPECT_EQ(kept.dim(), dim);
+  EXPECT_EQ(kept.base_index(0), 1);
+  EXPECT_EQ(kept.base_index(8), 10);
+  // Kept sample i is base sample base_index(i), in request order, and all of it is finite.
+  std::vector<std::int64_t> request{19, 0, 7, 8, 8};
+  std::vector<float> x(request.size() * dim);
+  std::vector<std::int32_t> y(request.size());
+  kept.read(request, x.data(), y.data());
+  for (std::size_t k = 0; k < request.size(); ++k) {
+    const std::int64_t b = kept.base_index(request[k]);
+    EXPECT_EQ(y[k], b % 2);
+    for (std::int64_t j = 0; j < dim; ++j) EXPECT_EQ(x[k * dim + static_cast<std::size_t>(j)], static_cast<float>(b));
+  }
+  const std::vector<std::int64_t> outside{n - 3};
+  EXPECT_THROW(kept.read(outside, x.data(), y.data()), antdt::UsageError);
+  EXPECT_THROW(SubsetDataset(std::make_unique<InMemoryDataset>(features, labels, dim, 2), {9, 0}), antdt::UsageError);
 }

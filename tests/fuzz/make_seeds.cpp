@@ -4,10 +4,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "antdt/controller.hpp"
+#include "antdt/data.hpp"
 #include "antdt/dds.hpp"
 #include "antdt/monitor.hpp"
 #include "core/bytes.hpp"
@@ -168,6 +170,7 @@ void wire_seeds() {
   report.consumed = 12;
   report.compute_seconds = 0.01;
   report.stop = true;
+  report.checkpoint = true;
   antdt::detail::ByteWriter r;
   antdt::protocol::encode(report, r);
   write("wire", "step-report", bytes_of({2}), r.take());
@@ -207,6 +210,33 @@ void text_seeds() {
   }
 }
 
+// Small HDF5 data files as antdt-datagen writes them (write_hdf5), one with non-finite
+// features, one with other data set names, one cut short, and a file that is not HDF5.
+void hdf5_seeds() {
+  namespace data = antdt::data;
+  const fs::path dir = g_out / "hdf5_data";
+  fs::create_directories(dir);
+  auto set = [](std::int64_t n, std::int64_t dim, std::int32_t classes, bool non_finite) {
+    std::vector<float> features(static_cast<std::size_t>(n * dim));
+    std::vector<std::int32_t> labels(static_cast<std::size_t>(n));
+    for (std::size_t i = 0; i < features.size(); ++i) features[i] = 0.25f * static_cast<float>(i % 9) - 1.0f;
+    for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int32_t>(i % classes);
+    if (non_finite) {
+      features[1] = std::numeric_limits<float>::quiet_NaN();
+      features.back() = std::numeric_limits<float>::infinity();
+    }
+    return data::InMemoryDataset(std::move(features), std::move(labels), dim, classes);
+  };
+  data::write_hdf5((dir / "seed-small").string(), set(5, 2, 2, false));
+  data::write_hdf5((dir / "seed-one").string(), set(1, 1, 1, false));
+  data::write_hdf5((dir / "seed-wide").string(), set(3, 40, 3, false));
+  data::write_hdf5((dir / "seed-non-finite").string(), set(4, 2, 2, true));
+  data::write_hdf5((dir / "seed-other-names").string(), set(4, 2, 2, false), data::Hdf5Names{"x", "y"});
+  fs::copy_file(dir / "seed-small", dir / "seed-truncated", fs::copy_options::overwrite_existing);
+  fs::resize_file(dir / "seed-truncated", fs::file_size(dir / "seed-small") / 2);
+  std::ofstream(dir / "seed-not-hdf5", std::ios::binary) << "features,labels\n1.0,0\n";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -219,5 +249,6 @@ int main(int argc, char** argv) {
   controller_seeds();
   wire_seeds();
   text_seeds();
+  hdf5_seeds();
   return 0;
 }

@@ -45,7 +45,7 @@ second=$(sed -n 's/^antdt: kill-restart: resubmitted as job \([0-9]*\).*/\1/p' "
 [ -n "$second" ] || fail "no resubmission in the first job's output"
 state=$(wait_job "$second")
 [ "$state" = COMPLETED ] || fail "the resubmitted job $second ended as '$state'"
-ckpt="$D/run/ndrestart-ckpt"
+ckpt="$D/run/ndrestart-$first-ckpt"  # <job name>-<job id> of the first job, kept by the resubmission
 [ "$(cat "$ckpt/antdt-restart-exclude")" = n2 ] || fail "the exclude file holds '$(cat "$ckpt/antdt-restart-exclude")', not n2"
 grep -q "^relaunch " "$ckpt/antdt-restart-history" || fail "the resumed job did not measure the relaunch"
 python3 - "$D/run/summary-$first.json" "$D/run/summary-$second.json" $samples <<'PY' || fail "summary checks failed"

@@ -31,15 +31,17 @@ wait_job() {  # prints the job's final state
   scontrol show job "$id" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | head -1 | cut -d= -f2
 }
 
-# 1. A job that loses rank 1 at step 9 must end (not hang) and fail.
-id=$(sbatch --parsable -n 4 -J elastic -o "$D/run/fail-%j.out" "$src/scripts/slurm/antdt-train.sbatch" \
+# 1. A job that loses rank 1 at step 9 must end (not hang) and fail. It is a named run, which a
+#    later submission of the same name continues.
+id=$(ANTDT_RUN_NAME=elastic sbatch --parsable -n 4 -o "$D/run/fail-%j.out" "$src/scripts/slurm/antdt-train.sbatch" \
        "${common[@]}" --fail-at-step 9 --fail-rank 1)
 state=$(wait_job "$id")
 [ "$state" = FAILED ] || fail "the job with a killed rank ended as '$state', expected FAILED"
 ls "$D/run/elastic-ckpt"/ckpt-*.h5 >/dev/null 2>&1 || fail "no checkpoint was written before the failure"
 
 # 2. Resubmitted on 3 tasks, it resumes from the newest checkpoint and completes both epochs.
-id=$(sbatch --parsable -n 3 -J elastic -o "$D/run/resume-%j.out" "$src/scripts/slurm/antdt-train.sbatch" "${common[@]}")
+id=$(ANTDT_RUN_NAME=elastic sbatch --parsable -n 3 -o "$D/run/resume-%j.out" "$src/scripts/slurm/antdt-train.sbatch" \
+       "${common[@]}")
 state=$(wait_job "$id")
 [ "$state" = COMPLETED ] || fail "the resumed job ended as '$state'"
 summary="$D/run/summary-$id.json"
@@ -53,5 +55,25 @@ assert s["samples"] == 1800, s["samples"]
 assert [e["committed"] for e in s["epochs"]] == [900, 900], s["epochs"]
 assert s["duplicated_samples"] == 0 and s["missing_samples"] == 0
 print("slurm resume OK: job", s["job_id"], "ranks", s["ranks"], "samples", s["samples"])
+PY
+# 3. Without a run name every submission is a run of its own (the default job name is the same for
+#    all of them), and a requeue of one keeps its job id, so it resumes its own checkpoints.
+short=(--data "$D/train.h5" --layers 8,16,4 --global-batch 30 --steps 6 --checkpoint-every 3 --quiet)
+a=$(sbatch --parsable -n 2 -o "$D/run/a-%j.out" "$src/scripts/slurm/antdt-train.sbatch" "${short[@]}")
+[ "$(wait_job "$a")" = COMPLETED ] || fail "job $a did not complete"
+b=$(sbatch --parsable -n 2 -o "$D/run/b-%j.out" "$src/scripts/slurm/antdt-train.sbatch" "${short[@]}")
+[ "$(wait_job "$b")" = COMPLETED ] || fail "job $b did not complete: a second submission must not meet the first's checkpoints"
+ls "$D/run/antdt-train-$a-ckpt"/ckpt-*.h5 "$D/run/antdt-train-$b-ckpt"/ckpt-*.h5 >/dev/null 2>&1 ||
+  fail "each submission should checkpoint into <job name>-<job id>-ckpt"
+scontrol requeue "$a" || fail "scontrol requeue $a failed"
+# Slurm 22.05 holds a requeued job back for two minutes (its BeginTime); start it now instead.
+scontrol update JobId="$a" StartTime=now || fail "cannot release the requeued job $a"
+[ "$(wait_job "$a")" = COMPLETED ] || fail "the requeued job $a did not complete"
+grep -q "restart 1" "$D/run/a-$a.out" || fail "job $a was not restarted by the requeue"
+python3 - "$D/run/summary-$a.json" <<'PY' || fail "the requeued job did not resume its own checkpoints"
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert s["steps"] == 0, f"the requeued job ran {s['steps']} steps; it should have resumed at step 6 with none left"
+print("slurm requeue OK: resumed its own checkpoints")
 PY
 echo "PASS"

@@ -1014,6 +1014,19 @@ cudaError_t fill(cudaStream_t stream, float* x, float value, std::int64_t count)
   return for_each_element(call, count, [&](std::int64_t i) { x[i] = value; });
 }
 
+cudaError_t flag_non_finite(cudaStream_t stream, const float* x, std::int64_t count, unsigned int* flag) {
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  if (count == 0) return cudaSuccess;
+  Call call(s, "flag_non_finite", stream);
+  if (!call.device(x, floats(count), "x", Use::read).device(flag, sizeof(unsigned int), "flag", Use::write).check()) {
+    return cudaErrorInvalidValue;
+  }
+  return for_each_element(call, count, [&](std::int64_t i) {
+    if (math::non_finite(x[i])) *flag = 1u;
+  });
+}
+
 cudaError_t prepare_update(cudaStream_t stream, const float* count_slots, std::int64_t* steps, float beta1, float beta2,
                            math::UpdateCoefficients* out) {
   State& s = state();

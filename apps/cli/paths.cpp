@@ -1,0 +1,135 @@
+#include "cli/paths.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+
+#include "antdt/checkpoint.hpp"
+#include "antdt/error.hpp"
+
+namespace antdt::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// The path with every symbolic link of its existing part resolved, and "." and ".." gone: two
+// names of one file give the same canonical path unless they are hard links.
+fs::path canonical_of(const std::string& path) {
+  std::error_code ec;
+  fs::path p = fs::weakly_canonical(fs::absolute(path, ec), ec);
+  return ec ? fs::absolute(path).lexically_normal() : p;
+}
+
+bool same_file(const std::string& a, const std::string& b) {
+  if (canonical_of(a) == canonical_of(b)) return true;
+  std::error_code ec;
+  return fs::exists(a, ec) && fs::exists(b, ec) && fs::equivalent(a, b, ec) && !ec;  // hard links
+}
+
+std::string quoted(const NamedPath& p) { return p.option + " '" + p.path + "'"; }
+
+// Writes all of `text` to `fd`; false (errno set) on any failed or short write.
+bool write_all(int fd, const std::string& text) {
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      if (n == 0) errno = EIO;
+      return false;
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+}  // namespace
+
+void check_outputs(const std::vector<NamedPath>& outputs, const std::vector<NamedPath>& inputs,
+                   const std::string& checkpoint_dir) {
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    const NamedPath& out = outputs[i];
+    if (out.path.empty()) continue;
+    std::error_code ec;
+    if (fs::is_directory(out.path, ec)) {
+      throw UsageError(quoted(out) + " is a directory; give a file name in it");
+    }
+    const fs::path parent = fs::absolute(out.path, ec).parent_path();
+    if (!fs::is_directory(parent, ec)) {
+      throw UsageError(quoted(out) + ": the directory '" + parent.string() + "' does not exist; create it first");
+    }
+    if (::access(parent.c_str(), W_OK | X_OK) != 0) {
+      throw UsageError(quoted(out) + ": the directory '" + parent.string() + "' is not writable (" +
+                       std::strerror(errno) + ")");
+    }
+    for (const NamedPath& in : inputs) {
+      if (!in.path.empty() && same_file(out.path, in.path)) {
+        throw UsageError(quoted(out) + " is the same file as " + quoted(in) +
+                         "; writing it would destroy that input, so give the output another name");
+      }
+    }
+    for (std::size_t j = 0; j < i; ++j) {
+      if (!outputs[j].path.empty() && same_file(out.path, outputs[j].path)) {
+        throw UsageError(quoted(out) + " is the same file as " + quoted(outputs[j]) + "; give each output its own");
+      }
+    }
+    if (!checkpoint_dir.empty() && canonical_of(parent.string()) == canonical_of(checkpoint_dir) &&
+        is_checkpoint_store_name(fs::path(out.path).filename().string())) {
+      throw UsageError(quoted(out) + " names a file of the checkpoint store in --checkpoint-dir '" + checkpoint_dir +
+                       "'; give the output another name");
+    }
+  }
+}
+
+void write_file_atomically(const NamedPath& output, const std::string& text) {
+  const fs::path target = canonical_of(output.path);
+  auto fail = [&](const std::string& why) {
+    return WriteError("cannot write " + quoted(output) + ": " + why + "; nothing was written there");
+  };
+  struct stat st {};
+  if (::stat(target.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {  // a device or a FIFO: in place
+    const int fd = ::open(target.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) throw fail(std::strerror(errno));
+    const bool ok = write_all(fd, text);
+    const int err = errno;
+    ::close(fd);
+    if (!ok) throw fail(std::strerror(err));
+    return;
+  }
+  const fs::path tmp = target.parent_path() / ("." + target.filename().string() + ".tmp");
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw fail(std::strerror(errno));
+  bool ok = write_all(fd, text) && ::fsync(fd) == 0;
+  int err = errno;
+  if (::close(fd) != 0 && ok) {
+    ok = false;
+    err = errno;
+  }
+  std::error_code ec;
+  if (ok) {
+    fs::rename(tmp, target, ec);
+    if (ec) {
+      ok = false;
+      err = ec.value();
+    }
+  }
+  if (!ok) {
+    std::error_code ignored;
+    fs::remove(tmp, ignored);
+    throw fail(std::strerror(err));
+  }
+  // The rename is durable once the directory is synced; a failure here leaves a whole file.
+  const int dir = ::open(target.parent_path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir >= 0) {
+    (void)::fsync(dir);
+    ::close(dir);
+  }
+}
+
+}  // namespace antdt::cli

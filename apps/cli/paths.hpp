@@ -1,0 +1,31 @@
+// Output files of the apps: checked before any work starts, written so that a failure is an
+// error and never a silently short file (docs/errors.md, "Outputs").
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace antdt::cli {
+
+// A path and the option that named it ("--summary-json"), for messages.
+struct NamedPath {
+  std::string option;
+  std::string path;
+};
+
+// Checks each output before any work: it is not a directory; its directory exists and is
+// writable; it is not the same file as an input (canonical paths, so "./a.h5", "../x/a.h5" and
+// a symbolic or hard link to it all count), nor as another output; and it is not a file the
+// checkpoint store owns in `checkpoint_dir` (a checkpoint, its lock or run identity). Throws
+// UsageError with one line naming the option and the path. Empty paths are skipped.
+void check_outputs(const std::vector<NamedPath>& outputs, const std::vector<NamedPath>& inputs,
+                   const std::string& checkpoint_dir = "");
+
+// Writes `text` to `output.path` so that it is there whole or not at all: a temporary file
+// beside it, every write checked, fsync, rename over the target (a symbolic link's target),
+// fsync of the directory. On failure (a full disk, say) the temporary is removed, an earlier
+// file of that name is left as it was, and WriteError names the option and the reason. An
+// existing target that is not a regular file (/dev/null, a FIFO) is written in place.
+void write_file_atomically(const NamedPath& output, const std::string& text);
+
+}  // namespace antdt::cli

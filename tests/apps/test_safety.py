@@ -1,0 +1,505 @@
+#!/usr/bin/env python3
+"""End-to-end tests that antdt-train and antdt-datagen never lose a user's data, run by ctest.
+
+    python3 test_safety.py BUILD_DIR SOURCE_DIR [unittest args, e.g. OutputPaths]
+
+Each class is one ctest test and covers one defect of issue 17 as a new user meets it: outputs
+that would overwrite inputs, checkpoint directories shared by runs, NaN and Inf, checks that
+came only after the run, a lenient config file, impossible schedules, messages, a script that
+ran environment values as code, and a model whose widths had to restate the data. Runs are
+tiny (a few steps on 1200 samples); tests that need a full or read-only file system mount a
+64 KiB tmpfs and skip, saying why, where that is not allowed.
+"""
+import fcntl
+import glob
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+BUILD = os.path.abspath(sys.argv[1])
+SOURCE = os.path.abspath(sys.argv[2])
+del sys.argv[1:3]
+TRAIN = os.path.join(BUILD, "apps", "antdt-train")
+DATAGEN = os.path.join(BUILD, "apps", "antdt-datagen")
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           OMPI_MCA_rmaps_base_oversubscribe="1", ANTDT_LOG_LEVEL="warn")
+
+
+def run(cmd, timeout=240, env=None):
+    return subprocess.run(list(map(str, cmd)), capture_output=True, text=True, timeout=timeout, env=env or ENV)
+
+
+def mpirun(np, *args, timeout=240, env=None):
+    return run(["mpirun", "-np", str(np), TRAIN, *args], timeout=timeout, env=env)
+
+
+def digest(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def error_lines(stderr):
+    """antdt's own error lines (Open MPI's notes about a non-zero exit are not antdt's)."""
+    return [l for l in stderr.splitlines() if re.match(r"antdt-(train|datagen): error", l)]
+
+
+def features_offset(path):
+    """Byte offset of the contiguous /features data set, from h5dump's storage layout."""
+    out = subprocess.run(["h5dump", "-p", "-H", "-d", "/features", path], capture_output=True, text=True,
+                         check=True).stdout
+    return int(re.search(r"OFFSET (\d+)", out).group(1))
+
+
+def plant(path, dim, cells):
+    """Overwrites features (sample, column) of an antdt-datagen file with the given floats."""
+    base = features_offset(path)
+    with open(path, "r+b") as f:
+        for (sample, column), value in cells.items():
+            f.seek(base + (sample * dim + column) * 4)
+            f.write(struct.pack("<f", value))
+
+
+class Mount:
+    """A 64 KiB tmpfs at `path` (root only); `ok` is False, with `why`, where it cannot be had."""
+
+    def __init__(self, path):
+        self.path, self.ok, self.why = path, False, ""
+        os.makedirs(path, exist_ok=True)
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", path], capture_output=True, text=True)
+        self.ok = r.returncode == 0
+        self.why = (r.stderr or r.stdout).strip() or "mount failed"
+
+    def read_only(self):
+        return subprocess.run(["mount", "-o", "remount,ro", self.path], capture_output=True).returncode == 0
+
+    def fill(self):
+        """Fills the file system to the last byte."""
+        for name, chunk in (("filler", 4096), ("filler2", 1)):
+            try:
+                with open(os.path.join(self.path, name), "wb", buffering=0) as f:
+                    while True:
+                        f.write(b"\0" * chunk)
+            except OSError:
+                pass
+
+    def close(self):
+        if self.ok:
+            subprocess.run(["umount", self.path], capture_output=True)
+
+
+class Workdir(unittest.TestCase):
+    samples = 1200
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="antdt-safety-")
+        cls.train = os.path.join(cls.dir, "train.h5")
+        cls.eval = os.path.join(cls.dir, "eval.h5")
+        r = run([DATAGEN, "-o", cls.train, "--samples", cls.samples, "--dim", 8, "--classes", 4,
+                 "--eval-output", cls.eval, "--eval-samples", 300, "--seed", 3])
+        assert r.returncode == 0, r.stderr
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def base(self):
+        return ["--data", self.train, "--layers", "8,16,4", "--global-batch", 40, "--quiet"]
+
+    def path(self, name):
+        return os.path.join(self.dir, name)
+
+    def summary(self, path):
+        with open(path) as f:
+            return json.load(f)
+
+    def assert_one_error(self, r, code, *needles):
+        self.assertEqual(r.returncode, code, f"stdout={r.stdout}\nstderr={r.stderr}")
+        lines = error_lines(r.stderr)
+        self.assertEqual(len(lines), 1, f"exactly one error line, got:\n{r.stderr}")
+        for needle in needles:
+            self.assertIn(needle, lines[0])
+        return lines[0]
+
+    def mount(self, name):
+        m = Mount(self.path(name))
+        if not m.ok:
+            self.skipTest(f"cannot mount a tmpfs here ({m.why}); this check needs root")
+        self.addCleanup(m.close)
+        return m
+
+
+class OutputPaths(Workdir):
+    """Defect 1: an output equal to an input replaced it, with exit 0."""
+
+    def test_outputs_equal_to_an_input_are_refused_and_the_input_is_kept(self):
+        before = {p: digest(p) for p in (self.train, self.eval)}
+        link = self.path("link-to-train.h5")
+        os.symlink(self.train, link)
+        spelled = os.path.join(self.dir, ".", "..", os.path.basename(self.dir), "train.h5")
+        for option, target, names in (("--summary-json", self.train, "--data"),
+                                      ("--metrics", spelled, "--data"),  # another spelling of the same path
+                                      ("--timeline", link, "--data"),  # a symbolic link to it
+                                      ("--summary-json", self.eval, "--eval-data")):
+            r = mpirun(2, *self.base(), "--steps", 2, "--eval-data", self.eval, option, target)
+            self.assert_one_error(r, 2, option, names, "same file")
+        self.assertEqual({p: digest(p) for p in before}, before, "the inputs are unchanged")
+
+    def test_an_output_over_a_checkpoint_is_refused(self):
+        d = self.path("ck-out")
+        r = mpirun(2, *self.base(), "--steps", 2, "--checkpoint-dir", d)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        (ckpt,) = glob.glob(os.path.join(d, "ckpt-*.h5"))
+        kept = digest(ckpt)
+        r = mpirun(2, *self.base(), "--steps", 2, "--checkpoint-dir", d, "--resume", "--summary-json", ckpt)
+        self.assert_one_error(r, 2, "--summary-json", "checkpoint")
+        self.assertEqual(digest(ckpt), kept)
+
+    def test_datagen_refuses_one_file_for_both_sets(self):
+        out = self.path("both.h5")
+        r = run([DATAGEN, "-o", out, "--samples", 100, "--dim", 4, "--classes", 2, "--eval-output",
+                 os.path.join(self.dir, ".", "both.h5")])
+        self.assert_one_error(r, 2, "--eval-output", "--output", "same file")
+        self.assertFalse(os.path.exists(out), "nothing was written")
+
+
+class CheckpointOwnership(Workdir):
+    """Defect 2: a fresh run deleted another run's checkpoints; two runs shared a directory."""
+
+    def checkpoints(self, d):
+        return sorted(os.path.basename(p) for p in glob.glob(os.path.join(d, "ckpt-*.h5")))
+
+    def test_a_fresh_run_refuses_another_runs_checkpoints_unless_told_to_overwrite(self):
+        d = self.path("owned")
+        r = mpirun(2, *self.base(), "--steps", 10, "--checkpoint-every", 5, "--checkpoint-dir", d)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        first = self.checkpoints(d)
+        self.assertEqual(first, ["ckpt-00000005.h5", "ckpt-00000010.h5"])
+        sums = {f: digest(os.path.join(d, f)) for f in first}
+        r = mpirun(2, *self.base(), "--steps", 3, "--checkpoint-dir", d, "--model-seed", 9)
+        self.assert_one_error(r, 2, d, "--resume", "--checkpoint-overwrite")
+        self.assertEqual({f: digest(os.path.join(d, f)) for f in self.checkpoints(d)}, sums, "nothing deleted")
+        r = mpirun(2, *self.base(), "--steps", 3, "--checkpoint-dir", d, "--model-seed", 9, "--checkpoint-overwrite")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(self.checkpoints(d), ["ckpt-00000003.h5"], "the old run's checkpoints are gone, all of them")
+
+    def test_resume_into_another_runs_directory_says_what_differs(self):
+        d = self.path("other-run")
+        r = mpirun(2, *self.base(), "--steps", 4, "--checkpoint-dir", d)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        r = mpirun(2, *self.base(), "--steps", 8, "--checkpoint-dir", d, "--resume", "--model-seed", 5,
+                   "--data-seed", 2)
+        line = self.assert_one_error(r, 2, d, "another run", "model_seed: 1 there, 5 here",
+                                     "data_seed: 0 there, 2 here")
+        self.assertNotIn("model_shape", line, "only what differs is listed")
+        self.assertEqual(self.checkpoints(d), ["ckpt-00000004.h5"])
+
+    def test_a_second_writer_is_refused_while_the_first_runs(self):
+        d = self.path("locked")
+        # Its own process group, so that kill -9 reaches mpirun and every rank at once.
+        first = subprocess.Popen(list(map(str, ["mpirun", "-np", 2, TRAIN, *self.base(), "--steps", 100000,
+                                                "--virtual-device", "0.001", "--checkpoint-dir", d,
+                                                "--checkpoint-every", 50])),
+                                 env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        lock = os.path.join(d, "antdt.lock")
+        try:
+            for _ in range(600):
+                if os.path.exists(lock) and os.path.getsize(lock) > 0:
+                    break
+                time.sleep(0.05)
+            with open(lock) as f:
+                holder = f.read().strip()
+            self.assertRegex(holder, r"^host .+, pid \d+$")
+            for extra in ([], ["--resume"]):
+                r = mpirun(2, *self.base(), "--steps", 3, "--checkpoint-dir", d, *extra)
+                self.assert_one_error(r, 2, d, "in use by another run", holder)
+            self.assertIsNone(first.poll(), "the first run goes on")
+        finally:
+            os.killpg(first.pid, signal.SIGKILL)
+            first.wait()
+        # The kernel drops the lock of a killed holder; nothing is left to clean up.
+        with open(lock) as f:
+            for _ in range(200):
+                try:
+                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    fcntl.flock(f, fcntl.LOCK_UN)
+                    break
+                except BlockingIOError:
+                    time.sleep(0.05)
+            else:
+                self.fail("the lock outlived its killed holder")
+        r = mpirun(2, *self.base(), "--steps", 3, "--checkpoint-dir", d, "--resume", "--checkpoint-keep", 1)
+        self.assertEqual(r.returncode, 0, r.stderr)
+
+    def test_sbatch_gives_each_submission_its_own_directory(self):
+        """The template, run as Slurm would (ANTDT_LAUNCHER=mpirun, Slurm's variables set by
+        hand): two submissions of the default job name do not share a directory, a requeue (same
+        job id) resumes its own, and ANTDT_RUN_NAME names a run that later jobs continue."""
+        sbatch = os.path.join(SOURCE, "scripts", "slurm", "antdt-train.sbatch")
+        runs = self.path("runs")
+        os.makedirs(runs)
+
+        def job(job_id, *args, **env):
+            e = dict(ENV, ANTDT_TRAIN=TRAIN, ANTDT_RUN_DIR=runs, ANTDT_LAUNCHER="mpirun", SLURM_JOB_NAME="antdt-train",
+                     SLURM_JOB_ID=str(job_id), **env)
+            return run(["bash", sbatch, *self.base(), "--steps", 4, "--checkpoint-every", 2, *args], env=e)
+
+        for job_id in (101, 102):
+            r = job(job_id)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertEqual(self.checkpoints(os.path.join(runs, f"antdt-train-{job_id}-ckpt")),
+                             ["ckpt-00000002.h5", "ckpt-00000004.h5"])
+        r = job(101, SLURM_RESTART_COUNT="1")  # a requeue keeps its job id: nothing left to do
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertEqual(self.summary(os.path.join(runs, "summary-101.json"))["steps"], 0)
+        r = job(103, ANTDT_RUN_NAME="mine")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        r = job(104, "--steps", 6, ANTDT_RUN_NAME="mine")  # a later job continues the named run
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertEqual(self.summary(os.path.join(runs, "summary-104.json"))["steps"], 2)
+        r = job(105, ANTDT_RUN_NAME="../elsewhere")
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("ANTDT_RUN_NAME", r.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.dir, "elsewhere-ckpt")))
+
+
+class NonFinite(Workdir):
+    """Defect 4: NaN features trained to NaN parameters with exit 0, and NaN checkpoints pushed
+    the good ones out of the keep window."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.poisoned = os.path.join(cls.dir, "nan.h5")
+        shutil.copy(cls.train, cls.poisoned)
+        plant(cls.poisoned, 8, {(17, 3): float("nan"), (600, 0): float("inf"), (601, 7): float("-inf")})
+
+    def poisoned_args(self):
+        return ["--data", self.poisoned, "--layers", "8,16,4", "--global-batch", 40, "--quiet"]
+
+    def test_non_finite_features_are_an_error_naming_file_and_sample(self):
+        r = mpirun(3, *self.poisoned_args(), "--steps", 3)
+        self.assert_one_error(r, 2, "nan.h5", "sample 17", "3 of 1200", "--skip-non-finite")
+
+    def test_skip_non_finite_trains_on_the_rest_exactly_once(self):
+        js = self.path("skip.json")
+        r = mpirun(3, *self.poisoned_args(), "--epochs", 2, "--skip-non-finite", "--policy", "dd",
+                   "--emulate-speed", "1,1,0.5", "--virtual-device", "0.0001", "--summary-json", js)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        s = self.summary(js)
+        self.assertEqual(s["non_finite_dropped"], 3)
+        self.assertEqual([e["committed"] for e in s["epochs"]], [self.samples - 3] * 2)
+        self.assertEqual(s["duplicated_samples"], 0)
+        self.assertEqual(s["missing_samples"], 0)
+        self.assertIsNotNone(s["final_loss"], "the loss is a number (null would be NaN)")
+        self.assertLess(s["final_loss"], 1.5)
+
+    def test_divergence_stops_before_checkpointing_and_keeps_the_good_ones(self):
+        d = self.path("diverged")
+        js = self.path("diverged.json")
+        # lr 1e4 overflows within a few steps; a checkpoint every step, the newest 3 kept.
+        r = mpirun(2, *self.base(), "--steps", 40, "--lr", "1e4", "--checkpoint-dir", d, "--checkpoint-every", 1,
+                   "--checkpoint-keep", 3, "--summary-json", js)
+        line = self.assert_one_error(r, 4, "not finite", "rank")
+        step = int(re.search(r"step (\d+):", line).group(1))
+        self.assertGreater(step, 0)
+        self.assertFalse(os.path.exists(js), "no summary of a diverged run")
+        ckpts = sorted(glob.glob(os.path.join(d, "ckpt-*.h5")))
+        self.assertTrue(ckpts, "the checkpoints before the failure are kept")
+        self.assertEqual(os.path.basename(ckpts[-1]), f"ckpt-{step:08d}.h5",
+                         "the newest checkpoint is the state the failing step started from")
+        for path in ckpts:
+            dump = subprocess.run(["h5dump", "-d", "/model/parameters", path], capture_output=True, text=True,
+                                  check=True).stdout
+            self.assertNotRegex(dump.lower(), r"\b(nan|inf)\b", f"{path} holds non-finite parameters")
+
+
+class EarlyChecks(Workdir):
+    """Defect 6: bad outputs and eval data failed only after the whole run; a full disk left a
+    0-byte summary with exit 0."""
+
+    def metrics_rows(self, path):
+        if not os.path.exists(path):
+            return 0
+        with open(path) as f:
+            return max(0, len(f.read().splitlines()) - 1)
+
+    def test_a_summary_in_a_missing_directory_fails_before_training(self):
+        met = self.path("missing-dir.csv")
+        r = mpirun(2, *self.base(), "--steps", 20, "--metrics", met, "--summary-json",
+                   self.path("no/such/dir/s.json"))
+        self.assert_one_error(r, 2, "--summary-json", "does not exist")
+        self.assertEqual(self.metrics_rows(met), 0, "no step was trained")
+
+    def test_bad_eval_labels_fail_before_training_naming_the_file(self):
+        other = self.path("ten-classes.h5")
+        r = run([DATAGEN, "-o", other, "--samples", 50, "--dim", 8, "--classes", 10, "--seed", 3])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        met = self.path("eval-labels.csv")
+        r = mpirun(2, *self.base(), "--steps", 20, "--eval-data", other, "--metrics", met)
+        self.assert_one_error(r, 2, "--eval-data", "ten-classes.h5", "10 classes")
+        self.assertEqual(self.metrics_rows(met), 0, "no step was trained")
+
+    def test_a_read_only_checkpoint_directory_fails_before_training(self):
+        m = self.mount("ro")
+        os.makedirs(os.path.join(m.path, "ck"))
+        if not m.read_only():
+            self.skipTest("cannot remount the tmpfs read-only")
+        met = self.path("ro.csv")
+        r = mpirun(2, *self.base(), "--steps", 20, "--checkpoint-every", 0, "--checkpoint-dir",
+                   os.path.join(m.path, "ck"), "--metrics", met)
+        line = self.assert_one_error(r, 2, "not writable", "Read-only file system")
+        self.assertNotIn("o_flags", line, "no HDF5 internals")
+        self.assertEqual(self.metrics_rows(met), 0, "no step was trained")
+
+    def test_a_summary_on_a_full_disk_is_exit_3_and_no_empty_file(self):
+        m = self.mount("full")
+        m.fill()
+        js = os.path.join(m.path, "s.json")
+        r = mpirun(2, *self.base(), "--steps", 3, "--summary-json", js)
+        self.assert_one_error(r, 3, "--summary-json", "No space left on device")
+        self.assertEqual([f for f in os.listdir(m.path) if not f.startswith("filler")], [],
+                         "neither a 0-byte summary nor a temporary is left")
+
+
+class ConfigFile(Workdir):
+    """Defect 7: a misspelt key, a line without '=' or a broken [section were ignored."""
+
+    def config(self, name, text):
+        path = self.path(name)
+        with open(path, "w") as f:
+            f.write(f'data = "{self.train}"\nlayers = "8,16,4"\nsteps = 2\nquiet = true\n' + text)
+        return path
+
+    def test_bad_lines_are_errors_naming_file_and_line(self):
+        for name, text, needles in (
+                ("typo.toml", "global-bacth = 64\n", ["line 5", "global-bacth", "did you mean 'global-batch'"]),
+                ("noeq.toml", "# fine\nglobal-batch 64\n", ["line 6", "not 'key = value'"]),
+                ("section.toml", "[schedule\nglobal-batch = 64\n", ["line 5", "broken section header"]),
+                ("other.toml", "[schedule]\nglobal-batch = 64\n", ["line 5", "section [schedule]"])):
+            cfg = self.config(name, text)
+            r = mpirun(2, "--config", cfg)
+            self.assert_one_error(r, 2, name, *needles)
+
+    def test_a_good_file_still_runs(self):
+        js = self.path("cfg.json")
+        cfg = self.config("good.toml", f'# a comment\n\nglobal-batch = 24\nsummary-json = "{js}"\n'
+                          'emulate-speed = [1, 0.5]\n')
+        r = mpirun(2, "--config", cfg)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        s = self.summary(js)
+        self.assertEqual(s["samples"], 2 * 24)
+        self.assertEqual(s["emulated_speeds"], [1, 0.5])
+
+
+class Schedule(Workdir):
+    """Defect 8: B > N repeated samples within a step; B < ranks left a rank idle."""
+
+    def test_a_batch_larger_than_the_data_is_refused(self):
+        r = mpirun(2, *self.base(), "--steps", 2, "--global-batch", self.samples + 1)
+        self.assert_one_error(r, 2, "--global-batch 1201", f"{self.samples} samples")
+
+    def test_a_batch_smaller_than_the_ranks_is_refused(self):
+        r = mpirun(3, *self.base(), "--steps", 2, "--global-batch", 2)
+        self.assert_one_error(r, 2, "--global-batch 2", "3 ranks")
+
+
+class Messages(Workdir):
+    """Defect 9: 300-digit ranges, one line per rank plus an abort banner, shape mismatches
+    without the widths, truncated files not called truncated, eval errors without the file."""
+
+    def test_bad_numbers_print_their_real_bounds(self):
+        for args, needle in ((["--global-batch", 0], ">= 1"), (["--lr", 0], "> 0"), (["--prefetch-steps", 99], "[1, 64]"),
+                             (["--checkpoint-keep", 0], "[1, 1000]"), (["--momentum", 2], "[0, 1]")):
+            r = run([TRAIN, "--steps", 1, *args])
+            line = self.assert_one_error(r, 2, str(args[0]), needle)
+            self.assertLess(len(line), 160, line)
+            self.assertNotRegex(line, r"\d{20}")
+
+    def test_an_error_every_rank_meets_is_printed_once_without_an_abort(self):
+        for args in (["--data", self.path("nope.h5"), "--steps", 1],  # found by every rank
+                     [*self.base(), "--steps", 1, "--emulate-speed", "1,1"]):  # a Session option
+            r = mpirun(3, *args)
+            self.assert_one_error(r, 2)
+            self.assertNotIn("MPI_ABORT", r.stderr)
+
+    def test_a_truncated_data_file_is_called_truncated(self):
+        cut = self.path("cut.h5")
+        shutil.copy(self.train, cut)
+        os.truncate(cut, os.path.getsize(cut) // 2)
+        r = mpirun(2, "--data", cut, "--steps", 1, "--global-batch", 40)
+        self.assert_one_error(r, 2, "cut.h5", "truncated")
+
+    def test_eval_errors_name_the_file(self):
+        wide = self.path("wide.h5")
+        self.assertEqual(run([DATAGEN, "-o", wide, "--samples", 50, "--dim", 9, "--classes", 4]).returncode, 0)
+        r = mpirun(2, *self.base(), "--steps", 1, "--eval-data", wide)
+        self.assert_one_error(r, 2, "wide.h5", "9 features", "train.h5", "8")
+
+    def test_a_shape_mismatch_on_resume_shows_both_shapes(self):
+        d = self.path("shape")
+        self.assertEqual(mpirun(2, *self.base(), "--steps", 2, "--checkpoint-dir", d).returncode, 0)
+        r = mpirun(2, *self.base(), "--layers", "8,32,4", "--steps", 4, "--checkpoint-dir", d, "--resume")
+        self.assert_one_error(r, 2, "shape", "8,16,4", "8,32,4")
+
+
+class DemoScript(unittest.TestCase):
+    """Defect 11: scripts/demo.sh pasted ANTDT_DEMO_RANKS into Python and ANTDT_DEMO_SAMPLES into
+    shell arithmetic, so environment values ran as code."""
+
+    def test_environment_values_never_run_as_code(self):
+        out = tempfile.mkdtemp(prefix="antdt-demo-env-")
+        self.addCleanup(shutil.rmtree, out, True)
+        marker = os.path.join(out, "ran")
+        demo = os.path.join(SOURCE, "scripts", "demo.sh")
+        for var, value in (("ANTDT_DEMO_RANKS", f'1)+__import__("os").system("touch {marker}")+(1'),
+                           ("ANTDT_DEMO_SAMPLES", f"a[$(touch {marker})]"),
+                           ("ANTDT_DEMO_SAMPLES", "16384; touch " + marker)):
+            r = run([demo, os.path.join(out, "o")], env=dict(ENV, ANTDT_BUILD_DIR=BUILD, **{var: value}), timeout=600)
+            self.assertEqual(r.returncode, 2, r.stdout[-2000:] + r.stderr[-2000:])
+            self.assertIn(var, r.stderr)
+            self.assertFalse(os.path.exists(marker), f"{var} ran as code")
+
+
+class LayersFromData(Workdir):
+    """Defect 12: --layers defaulted to 32,64,10, so a first run on one's own data failed."""
+
+    def test_a_first_run_on_ones_own_data_takes_its_widths_from_the_data(self):
+        mine = self.path("mine.h5")
+        r = run([DATAGEN, "-o", mine, "--samples", 600, "--dim", 64, "--classes", 5])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        js = self.path("mine.json")
+        r = mpirun(2, "--data", mine, "--steps", 3, "--global-batch", 32, "--quiet", "--summary-json", js)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(error_lines(r.stderr), [])
+        self.assertEqual(self.summary(js)["model_layers"], [64, 64, 5], "one hidden layer of 64 by default")
+        r = mpirun(2, "--data", mine, "--steps", 3, "--global-batch", 32, "--quiet", "--hidden", "32,16",
+                   "--summary-json", js)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(self.summary(js)["model_layers"], [64, 32, 16, 5])
+        r = mpirun(2, "--data", mine, "--steps", 1, "--global-batch", 32, "--layers", "8,16,4")
+        self.assert_one_error(r, 2, "--layers 8,16,4", "64 features")
+        r = mpirun(2, "--data", mine, "--steps", 1, "--layers", "64,5", "--hidden", "8")
+        self.assert_one_error(r, 2, "--layers", "--hidden")
+
+    def test_synthetic_data_keeps_working_defaults(self):
+        js = self.path("synthetic.json")
+        r = mpirun(2, "--steps", 2, "--quiet", "--summary-json", js)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(self.summary(js)["model_layers"], [32, 64, 10])
+        r = mpirun(2, "--steps", 2, "--quiet", "--synthetic-dim", 6, "--synthetic-classes", 3, "--summary-json", js)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(self.summary(js)["model_layers"], [6, 64, 3])
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
