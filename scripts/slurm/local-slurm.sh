@@ -41,7 +41,8 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket=$D/munge/munge.socket
+# cred_expire: how long a requeued job waits before it starts again (120 s by default).
+AuthInfo=socket=$D/munge/munge.socket,cred_expire=10
 SlurmctldPort=$ctld_port
 StateSaveLocation=$D/state
 SlurmdSpoolDir=$D/spool/%n

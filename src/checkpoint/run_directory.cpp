@@ -88,7 +88,9 @@ CheckpointDirectoryLock::CheckpointDirectoryLock(const std::string& directory) {
                     "': " + (ec ? ec.message() : std::string("a file of that name is in the way")));
   }
   const fs::path path = dir / detail::kCheckpointLockFile;
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  // Held read-only: a descriptor open for writing would keep the file system from being remounted
+  // read-only (EBUSY), and the holder line is written through a short-lived second descriptor.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) {
     throw FileError("checkpoint directory '" + directory + "' is not writable (" + errno_text(errno) +
                     "); give --checkpoint-dir a directory this job can write");
@@ -114,8 +116,14 @@ CheckpointDirectoryLock::CheckpointDirectoryLock(const std::string& directory) {
   // Ours now: record who holds it. This is also the first write into the directory, so a full
   // disk shows here, before any training, and not at the first checkpoint.
   const std::string holder = "host " + this_host() + ", pid " + std::to_string(::getpid()) + "\n";
-  if (::ftruncate(fd, 0) != 0 || !write_all(fd, holder)) {
-    const int err = errno;
+  const int out = ::open(path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
+  bool written = out >= 0 && write_all(out, holder);
+  int err = errno;
+  if (out >= 0 && ::close(out) != 0 && written) {
+    written = false;
+    err = errno;
+  }
+  if (!written) {
     ::close(fd);
     throw FileError("checkpoint directory '" + directory + "' is not writable (" + errno_text(err) +
                     "); give --checkpoint-dir a directory this job can write");

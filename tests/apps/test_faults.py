@@ -230,7 +230,9 @@ class StalledRank(Faults):
         except ProcessLookupError:
             pass
         self.assertEqual(r.returncode, EXIT_STALLED, r.stderr[-3000:])
-        self.assertLess(took, 3 + 5, "every rank must be gone within the timeout plus a few seconds")
+        # A rank that does not hear rank 0's stop (it may lie behind rank 2 in the broadcast tree)
+        # ends itself after the timeout and its grace of 5 s; mpirun then tears down the rest.
+        self.assertLess(took, 3 + 5 + 3, "every rank must be gone within the timeout, its grace and teardown")
         mine = [l for l in r.stderr.splitlines() if l.startswith("antdt-train: error")]
         self.assertEqual(len(mine), 1, "one line, from rank 0: %s" % mine)
         self.assertRegex(mine[0], r"rank 2 \(node [^)]*\) has not reached the gradient reduction 3 s")
@@ -302,7 +304,16 @@ class Mount:
         self.why = (r.stderr or r.stdout).strip() or "mount failed"
 
     def remount(self, mode):
-        subprocess.run(["mount", "-o", "remount," + mode, self.path], check=True)
+        # A checkpoint being written holds a file open for writing, and the kernel refuses a
+        # read-only remount while it is (EBUSY): try again until the write is done.
+        deadline = time.monotonic() + 30
+        while True:
+            r = subprocess.run(["mount", "-o", "remount," + mode, self.path], capture_output=True, text=True)
+            if r.returncode == 0:
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError("cannot remount %s %s: %s" % (self.path, mode, r.stderr.strip()))
+            time.sleep(0.005)
 
     def close(self):
         subprocess.run(["umount", "-l", self.path], capture_output=True)
