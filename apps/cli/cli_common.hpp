@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <cstdio>
 #include <exception>
 #include <functional>
@@ -15,6 +16,7 @@
 #include <limits>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -328,6 +330,10 @@ inline int guarded(const char* app_name, int rank, int world, const std::functio
     what = e.what();
   }
   if (!say) {
+    // Rank 0 sent the stop word before it unwinds to its own line and MPI_Abort: aborting at
+    // once here could end the job before that line is out. Rank 0's abort normally ends this
+    // process during the wait.
+    std::this_thread::sleep_for(std::chrono::seconds(2));
   } else if (world > 1) {
     std::fprintf(stderr, "%s: error (rank %d): %s\n", app_name, rank, one_line(what).c_str());
     std::fflush(stderr);
