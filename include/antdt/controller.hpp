@@ -74,7 +74,7 @@ struct RankAssessment {
   int slow_streak = 0;
   bool was_fine = false;  // has been at or above straggler_ratio x the reference at some step
   // One line with the numbers behind `kind`. Formatted when read through
-  // Controller::assessments() (reports), not every step: empty in ControllerContext.
+  // Controller::assessments() (reports), not every step: not current in ControllerContext.
   std::string reason;
 };
 

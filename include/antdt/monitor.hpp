@@ -31,8 +31,9 @@ struct RankWindowSummary {
 // One rank's compute model, t(b) = fixed_seconds + b / throughput (docs/controller.md, "Cost
 // model"): affine in the batch, fitted from the (batch, compute time) pairs the rank has run.
 //  - intercept_samples phi = fixed_seconds * throughput: the fixed part in samples. It comes
-//    from a robust fit made whenever the window holds two batch levels (after a plan change),
-//    and is held between fits; 0 (plain proportional) until a fit finds a significant one.
+//    from robust fits made when the window holds two batch levels (twice after a plan
+//    change), and is held between fits; 0 (plain proportional) until two fits agree on a
+//    significant one. At most the largest batch it was fitted on (half of that step).
 //    phi > 0: fixed per-step costs (the GEMMs grow more efficient with the batch); phi < 0: the
 //    cost per sample grows with the batch (caches).
 //  - throughput: the window median of (b_k + phi) / t_k, so a rank that slows down for good
@@ -47,7 +48,8 @@ struct RankComputeModel {
 
 class Monitor {
  public:
-  // Fits combined into a rank's intercept (their median): one noisy fit cannot swing it.
+  // Fits combined into a rank's intercept (their median, missing ones as 0): one noisy fit
+  // cannot swing it.
   static constexpr int kFitsKept = 3;
   // The longest window (steps): state is world x window entries, allocated up front.
   static constexpr int kMaxWindow = 1 << 16;
@@ -72,7 +74,7 @@ class Monitor {
   // O(1):
   [[nodiscard]] bool has_throughput(int rank) const { return timed_count_[checked(rank)] > 0; }
   [[nodiscard]] double throughput(int rank) const { return x_median_[checked(rank)]; }
-  [[nodiscard]] double last_throughput(int rank) const;
+  [[nodiscard]] double last_throughput(int rank) const { return last_x_[checked(rank)]; }
   [[nodiscard]] double data_wait_seconds(int rank) const { return wait_median_[checked(rank)]; }
   // O(window):
   [[nodiscard]] double spread(int rank) const { return summary(rank).spread; }
@@ -92,6 +94,8 @@ class Monitor {
   // The median (b_k + phi) / t_k of the timed steps among the last `steps` (0 with fewer
   // steps or none timed): the model's throughput lately, O(steps).
   [[nodiscard]] double model_recent_median(int rank, int steps) const;
+  // The best (b_k + phi) / t_k of the last `steps` steps (recent_peak in the model's terms).
+  [[nodiscard]] double model_recent_peak(int rank, int steps) const;
 
   // Measured step time of one step: max_i(data_wait_i + compute_i) + min_i(reduce_i) (the
   // slowest rank waits least in the reduction, so its reduce time is the communication).
@@ -111,9 +115,25 @@ class Monitor {
   [[nodiscard]] static Monitor restore(std::span<const std::byte> bytes);
 
  private:
-  [[nodiscard]] std::size_t checked(int rank) const;
-  [[nodiscard]] std::size_t slot_of(int age) const noexcept;  // age 0: the newest entry
-  [[nodiscard]] const RankStepStats& entry(std::size_t rank, int age) const noexcept;
+  [[nodiscard]] std::size_t checked(int rank) const {
+    if (static_cast<unsigned>(rank) >= static_cast<unsigned>(world_size_)) out_of_range(rank);
+    return static_cast<std::size_t>(rank);
+  }
+  [[noreturn]] void out_of_range(int rank) const;
+  // age 0: the newest entry (no division: this runs for every rank at every step).
+  [[nodiscard]] std::size_t slot_of(int age) const noexcept {
+    const int slot = next_slot_ - 1 - age;
+    return static_cast<std::size_t>(slot < 0 ? slot + window_ : slot);
+  }
+  // The ring is slot-major: one step's entries of all ranks are contiguous, so a record
+  // writes (and reads the entries it replaces) in one sequential sweep instead of a cache
+  // miss per rank.
+  [[nodiscard]] std::size_t cell_of(std::size_t slot, std::size_t rank) const noexcept {
+    return slot * static_cast<std::size_t>(world_size_) + rank;
+  }
+  [[nodiscard]] const RankStepStats& entry(std::size_t rank, int age) const noexcept {
+    return ring_[cell_of(slot_of(age), rank)];
+  }
   void add_entry(std::size_t rank, const RankStepStats& s);
   void refit(std::size_t rank);
   void rebuild_model_window(std::size_t rank);
@@ -125,16 +145,17 @@ class Monitor {
   std::int64_t steps_recorded_ = 0;
   std::int64_t last_step_ = -1;
   // The ring of the last `window_` entries of every rank: entry(r, age) at
-  // ring_[r * window_ + slot_of(age)]. Every record adds one entry to every rank, so all ranks
+  // ring_[slot_of(age) * world_size_ + r]. Every record adds one entry to every rank, so all ranks
   // share one fill count and one write position.
   int filled_ = 0;
   int next_slot_ = 0;
   std::vector<RankStepStats> ring_;
+  std::vector<double> x_ring_;  // the same ring of per-step throughputs, compact for recent_peak
   // Per rank, sorted ascending, the window's timed throughputs and data waits (window_ slots
   // each) and their medians: exact, kept by one removal and one insertion per step.
   std::vector<double> x_sorted_, wait_sorted_;
   std::vector<int> timed_count_;
-  std::vector<double> x_median_, wait_median_;
+  std::vector<double> x_median_, wait_median_, last_x_;
   // The compute model: intercept fits (kFitsKept per rank, oldest first), the intercept in
   // force, and for ranks with a nonzero intercept the sorted window of (b + phi) / t.
   std::vector<double> fits_;
@@ -144,6 +165,7 @@ class Monitor {
   std::vector<double> model_median_;
   std::vector<int> model_count_;
   std::vector<int> level_run_;  // steps the rank's batch has been the same, within the window
+  std::vector<std::int64_t> last_samples_;
   double median_throughput_ = 0.0;
   // Per-step series, oldest first.
   std::vector<double> step_time_;

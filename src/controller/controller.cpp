@@ -149,9 +149,8 @@ void Controller::assess(std::int64_t step) {
     } else {
       a.kind = RankClass::normal;
     }
-    a.reason.clear();
   }
-  reasons_current_ = false;
+  reasons_current_ = false;  // the old reasons stay until format_reasons overwrites them
 }
 
 void Controller::format_reasons() const {
@@ -203,14 +202,15 @@ std::pair<double, double> Controller::predict(const Plan& p) const {
   const double fill = monitor_.median_throughput();
   if (!(fill > 0.0)) return {0.0, 0.0};
   const int n = monitor_.world_size();
-  std::vector<double> x(static_cast<std::size_t>(n)), fixed(static_cast<std::size_t>(n));
+  if (p.world_size() != n) throw UsageError("controller: the plan to predict is not for this world");
+  double compute = 0.0;  // max_i (a_i + b_i / x_i), in one pass: this runs for every rank at every step
   for (int i = 0; i < n; ++i) {
     const detail::RankModel m = detail::rank_model(monitor_, i);
-    const auto r = static_cast<std::size_t>(i);
-    x[r] = m.throughput > 0.0 ? m.throughput : fill;
-    fixed[r] = m.throughput > 0.0 ? m.fixed : monitor_.data_wait_seconds(i);
+    const bool timed = m.throughput > 0.0;
+    compute = std::max(compute, CostModel::rank_compute_seconds(p.batch[static_cast<std::size_t>(i)],
+                                                                timed ? m.throughput : fill,
+                                                                timed ? m.fixed : monitor_.data_wait_seconds(i)));
   }
-  const double compute = cost_.predict_compute_seconds(p, x, fixed);
   const double allreduce = detail::measured_allreduce(monitor_);
   return {compute, compute + (allreduce >= 0.0 ? allreduce : cost_.allreduce_seconds(p.world_size()))};
 }

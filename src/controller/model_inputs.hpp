@@ -18,21 +18,29 @@ struct RankModel {
   double fixed = 0.0;       // a_i, seconds
 };
 
-// How far a rank's recent median must be above its window median to replace it: beyond what
-// the noise of a median of a few steps explains.
+// The dd policy's guard against long transients (docs/controller.md): a rank whose window
+// median was dragged down by a slowdown but which is fast again plans at its recent speed.
+// "Fast again" is a best step of the last few at kJump x its window median (far beyond noise:
+// a transient ended), or their median at kRecovered x (most of them are fast).
+constexpr double kJump = 1.5;
 constexpr double kRecovered = 1.2;
 
-// Rank i's model. recent_steps > 0: the dd policy's guard against long transients
-// (docs/controller.md): a rank whose median over its last recent_steps steps is above
-// kRecovered x its window median is fast again, and x_i is that recent median. The fixed part
-// of the compute model stays phi / x_i, the same model at the higher speed.
+// Rank i's model; recent_steps > 0 applies the guard over the last recent_steps steps. The
+// fixed part of the compute model stays phi / x_i, the same model at the higher speed.
 inline RankModel rank_model(const Monitor& m, int rank, int recent_steps = 0) {
   const RankComputeModel c = m.compute_model(rank);
   RankModel r;
   r.throughput = c.throughput;
+  // The median can only clear its bar if the best of those steps does (a few loads, no sort:
+  // this runs for every rank at every step).
   if (recent_steps > 0) {
-    if (const double recent = m.model_recent_median(rank, recent_steps); recent > kRecovered * r.throughput)
-      r.throughput = recent;
+    const double peak = m.model_recent_peak(rank, recent_steps);
+    if (peak > kJump * c.throughput) {
+      r.throughput = peak;
+    } else if (peak > kRecovered * c.throughput) {
+      if (const double recent = m.model_recent_median(rank, recent_steps); recent > kRecovered * c.throughput)
+        r.throughput = recent;
+    }
   }
   r.fixed = m.data_wait_seconds(rank) + (r.throughput > 0.0 ? c.intercept_samples / r.throughput : 0.0);
   return r;

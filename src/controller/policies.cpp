@@ -3,8 +3,9 @@
 // static: the plain-BSP baseline. Never changes the plan it was given.
 //
 // dd (AntDT-DD, LB-BSP): split the global batch to balance each rank's fitted compute model,
-// t_i(b) = a_i + b / x_i (Monitor::compute_model; x_i at least its median over its last
-// `persistence` steps; a_i its data wait plus the model's fixed part), and switch only when
+// t_i(b) = a_i + b / x_i (Monitor::compute_model; a_i its data wait plus the model's fixed
+// part; x_i its recent speed instead when it is clearly fast again, detail::rank_model), and
+// switch only when
 // all of these hold:
 //   - every rank with work has timing in the Monitor window;
 //   - the cost model predicts the candidate faster than the current plan by more than the
@@ -67,12 +68,10 @@ class DdPolicy : public PolicyPlugin {
     for (int i = 0; i < n; ++i) {
       const auto r = static_cast<std::size_t>(i);
       if (monitor.has_throughput(i)) {
-        // A slowdown counts only once the rank has been slow in most of the last `persistence`
-        // steps: until then its median over them caps how far its window median can pull it
-        // down. (A long transient can drag a window median down while the rank is fast again;
-        // a change made then would be followed by a change back.) The median of those steps,
-        // not their best: the best of five noisy steps is the noise, and it made gains out of
-        // nothing on real compute.
+        // A rank fast again after a long transient (which dragged its window median down)
+        // plans at its recent speed (detail::rank_model): a change made on the dragged median
+        // would be followed by a change back. Only a jump well beyond noise counts (the best
+        // of five noisy steps is the noise, and it made gains out of nothing on real compute).
         const detail::RankModel m = detail::rank_model(monitor, i, ctx.options.persistence);
         x_[r] = m.throughput;
         fixed_[r] = m.fixed;

@@ -15,11 +15,12 @@
 // three timed steps and runs a Theil-Sen line through those points (the median of the slopes
 // between levels, then the median intercept); a level whose times scatter by more than 10 %
 // (MAD / median: a transient inside it) stops the fit, and so does a slope that the levels'
-// noise (the standard errors of their medians) cannot tell from 0. An intercept within two
-// standard errors of 0, or below 2 % of the current step's compute, counts as 0; a slope
-// whose upper bound is below a tenth of proportional is a time that does not depend on the
-// batch (all fixed cost, as far as the model allows). The rank's intercept phi is the median
-// of its last kFitsKept fits, so one unlucky fit cannot swing the plan.
+// noise (the standard errors of their medians, at least 1 %) cannot tell from 0. An
+// intercept within two standard errors of 0, or below 2 % of the current step's compute,
+// counts as 0. A change gives two fits (at a half and at three quarters of a window on the
+// new batch); the rank's intercept phi is the median of its last kFitsKept fits with missing
+// ones as 0, so it takes two fits that agree to move it and one unlucky fit cannot swing the
+// plan.
 #include "antdt/monitor.hpp"
 
 #include <algorithm>
@@ -103,6 +104,14 @@ double sorted_median(const double* a, int n) noexcept {
   return n % 2 == 1 ? a[mid] : 0.5 * (a[mid - 1] + a[mid]);
 }
 
+// The intercept in force: the median of the last kFitsKept fits, missing ones counted as 0
+// (no fixed part): it takes two fits that agree to move it, and their smaller one counts.
+double combined_intercept(const double* fits, int count) {
+  std::vector<double> kept(fits, fits + count);
+  kept.resize(static_cast<std::size_t>(Monitor::kFitsKept), 0.0);
+  return detail::median_in_place(kept);
+}
+
 }  // namespace
 
 double RankComputeModel::seconds(std::int64_t batch) const noexcept {
@@ -120,11 +129,14 @@ Monitor::Monitor(int world_size, int window) : world_size_(world_size), window_(
   const auto n = static_cast<std::size_t>(world_size);
   const auto cells = n * static_cast<std::size_t>(window);
   ring_.resize(cells);
+  x_ring_.resize(cells);
   x_sorted_.resize(cells);
   wait_sorted_.resize(cells);
   timed_count_.assign(n, 0);
   x_median_.assign(n, 0.0);
   wait_median_.assign(n, 0.0);
+  last_x_.assign(n, 0.0);
+  last_samples_.assign(n, 0);
   fits_.assign(n * kFitsKept, 0.0);
   fit_count_.assign(n, 0);
   phi_.assign(n, 0.0);
@@ -133,21 +145,10 @@ Monitor::Monitor(int world_size, int window) : world_size_(world_size), window_(
   level_run_.assign(n, 0);
 }
 
-std::size_t Monitor::checked(int rank) const {
-  if (rank < 0 || rank >= world_size_) {
-    throw UsageError("Monitor: rank " + std::to_string(rank) + " out of range [0, " + std::to_string(world_size_) +
-                     ")");
-  }
-  return static_cast<std::size_t>(rank);
+void Monitor::out_of_range(int rank) const {
+  throw UsageError("Monitor: rank " + std::to_string(rank) + " out of range [0, " + std::to_string(world_size_) + ")");
 }
 
-std::size_t Monitor::slot_of(int age) const noexcept {
-  return static_cast<std::size_t>(((next_slot_ - 1 - age) % window_ + window_) % window_);
-}
-
-const RankStepStats& Monitor::entry(std::size_t rank, int age) const noexcept {
-  return ring_[rank * static_cast<std::size_t>(window_) + slot_of(age)];
-}
 
 void Monitor::record(std::int64_t step, std::span<const RankStepStats> stats) {
   if (static_cast<int>(stats.size()) != world_size_) {
@@ -171,10 +172,13 @@ void Monitor::record(std::int64_t step, std::span<const RankStepStats> stats) {
   filled_ = std::min(filled_ + 1, window_);
   next_slot_ = (next_slot_ + 1) % window_;
   // Fits need the entries in place (ring position advanced), so they run after the loop.
-  const int half = window_ / 2;
-  if (half >= kLevelEntries) {
+  // Two fits per change: at half a window on the new batch, and at three quarters (with a
+  // quarter of the window still on the old one).
+  const int half = window_ / 2, three_quarters = (3 * window_) / 4;
+  if (half >= kLevelEntries && window_ - three_quarters >= kLevelEntries) {
     for (std::size_t i = 0; i < stats.size(); ++i) {
-      if (level_run_[i] == half && filled_ > half) refit(i);
+      const int run = level_run_[i];
+      if ((run == half || run == three_quarters) && filled_ > run) refit(i);
     }
   }
   last_step_seconds_ = max_t + min_reduce;
@@ -194,7 +198,8 @@ void Monitor::record(std::int64_t step, std::span<const RankStepStats> stats) {
 // the new one enters them. Values that repeat (a virtual device, a steady rank) cost nothing.
 void Monitor::add_entry(std::size_t r, const RankStepStats& s) {
   const auto w = static_cast<std::size_t>(window_);
-  RankStepStats& cell = ring_[r * w + static_cast<std::size_t>(next_slot_)];
+  const std::size_t at = cell_of(static_cast<std::size_t>(next_slot_), r);
+  RankStepStats& cell = ring_[at];
   double* xs = &x_sorted_[r * w];
   double* ws = &wait_sorted_[r * w];
   const bool full = filled_ == window_;
@@ -202,19 +207,23 @@ void Monitor::add_entry(std::size_t r, const RankStepStats& s) {
   const double x_new = step_throughput(s);
   const double w_new = wait_of(s);
   if (full) {
-    const double x_old = step_throughput(cell);
-    if (x_old != x_new) {
+    // A value that repeats (a virtual device, a steady rank) leaves its window and median as
+    // they are: nothing but the ring is touched.
+    if (const double x_old = x_ring_[at]; x_old != x_new) {
       if (x_old > 0.0) sorted_erase(xs, timed_count_[r], x_old);
       if (x_new > 0.0) sorted_insert(xs, timed_count_[r], x_new);
+      x_median_[r] = sorted_median(xs, timed_count_[r]);
     }
-    const double w_old = wait_of(cell);
-    if (w_old != w_new) {
+    if (const double w_old = wait_of(cell); w_old != w_new) {
       sorted_erase(ws, waits, w_old);
       sorted_insert(ws, waits, w_new);
+      wait_median_[r] = sorted_median(ws, waits);
     }
   } else {
     if (x_new > 0.0) sorted_insert(xs, timed_count_[r], x_new);
     sorted_insert(ws, waits, w_new);
+    x_median_[r] = sorted_median(xs, timed_count_[r]);
+    wait_median_[r] = sorted_median(ws, waits);
   }
   if (const double phi = phi_[r]; phi != 0.0) {
     double* ms = &model_sorted_[r * w];
@@ -226,11 +235,12 @@ void Monitor::add_entry(std::size_t r, const RankStepStats& s) {
     }
     model_median_[r] = sorted_median(ms, model_count_[r]);
   }
-  const bool same_level = filled_ > 0 && entry(r, 0).samples == s.samples;
+  const bool same_level = filled_ > 0 && last_samples_[r] == s.samples;
   level_run_[r] = same_level ? std::min(level_run_[r] + 1, window_) : 1;
+  last_samples_[r] = s.samples;
   cell = s;
-  x_median_[r] = sorted_median(xs, timed_count_[r]);
-  wait_median_[r] = sorted_median(ws, waits);
+  x_ring_[at] = x_new;
+  last_x_[r] = x_new;
 }
 
 void Monitor::summarise_steps() {
@@ -289,26 +299,24 @@ void Monitor::refit(std::size_t r) {
   // errors from those of the two medians.
   const Level& lo = levels.front();
   const Level& hi = levels.back();
-  const double slope_se = std::hypot(lo.se, hi.se) / (hi.b - lo.b);
-  const double intercept_se = std::hypot(lo.se, lo.b * slope_se);
-  const double proportional_slope = hi.t / hi.b;  // the slope of a model without fixed part
+  // A level's error is at least 1 % of its time: a MAD of 0 (most steps alike, a few far off)
+  // does not make a median exact.
+  const double slope_se = std::hypot(std::max(lo.se, 0.01 * lo.t), std::max(hi.se, 0.01 * hi.t)) / (hi.b - lo.b);
+  const double intercept_se = std::hypot(std::max(lo.se, 0.01 * lo.t), lo.b * slope_se);
+  // The levels are too noisy or too close to tell a slope, or the time fell with the batch (a
+  // transient in the larger level): no evidence either way.
+  if (!(slope > 2.0 * slope_se)) return;
   const RankStepStats& now = entry(r, 0);
   const double t_now = now.compute_seconds > 0.0 ? now.compute_seconds : hi.t;
-  const double most_fixed = 4.0 * hi.b;
   std::vector<double> intercepts;
   for (const auto& l : levels) intercepts.push_back(l.t - slope * l.b);
   const double intercept = detail::median_in_place(intercepts);
   double phi = 0.0;
-  if (slope + 2.0 * slope_se <= 0.1 * proportional_slope) {
-    // Even the slope's upper bound is a tenth of proportional: the time does not grow with the
-    // batch, it is (almost) all fixed cost, as far as the model allows.
-    phi = most_fixed;
-  } else if (!(slope > 2.0 * slope_se)) {
-    return;  // the levels are too noisy or too close to tell a slope: no evidence either way
-  } else if (std::abs(intercept) >= std::max(kSignificantIntercept * t_now, 2.0 * intercept_se)) {
+  if (std::abs(intercept) >= std::max(kSignificantIntercept * t_now, 2.0 * intercept_se)) {
     // Bounded so that the model stays positive where the rank has run (t(b) > 0 down to half
-    // its smallest batch) and the fixed part stays below 80 % of its largest step.
-    phi = std::clamp(intercept / slope, -0.5 * lo.b, most_fixed);
+    // its smallest batch) and the fixed part stays at most half of its largest step: the
+    // planner extrapolates from this line, and a wrong flat one would pile samples on a rank.
+    phi = std::clamp(intercept / slope, -0.5 * lo.b, hi.b);
   }
   double* history = &fits_[r * kFitsKept];
   auto& count = fit_count_[r];
@@ -317,8 +325,7 @@ void Monitor::refit(std::size_t r) {
     --count;
   }
   history[count++] = phi;
-  std::vector<double> kept(history, history + count);
-  const double combined = detail::median_in_place(kept);
+  const double combined = combined_intercept(history, count);
   if (combined != phi_[r]) {
     phi_[r] = combined;
     rebuild_model_window(r);
@@ -341,11 +348,6 @@ void Monitor::rebuild_model_window(std::size_t r) {
     if (m > 0.0) sorted_insert(ms, count, m);
   }
   model_median_[r] = sorted_median(ms, count);
-}
-
-double Monitor::last_throughput(int rank) const {
-  const auto r = checked(rank);
-  return filled_ == 0 ? 0.0 : step_throughput(entry(r, 0));
 }
 
 RankWindowSummary Monitor::summary(int rank) const {
@@ -391,7 +393,7 @@ double Monitor::recent_peak(int rank, int steps) const {
   const auto r = checked(rank);
   if (steps < 1 || steps > filled_) return 0.0;
   double peak = 0.0;
-  for (int age = 0; age < steps; ++age) peak = std::max(peak, step_throughput(entry(r, age)));
+  for (int age = 0; age < steps; ++age) peak = std::max(peak, x_ring_[cell_of(slot_of(age), r)]);
   return peak;
 }
 
@@ -403,6 +405,16 @@ RankComputeModel Monitor::compute_model(int rank) const {
   m.throughput = phi_[r] == 0.0 ? x_median_[r] : model_median_[r];
   m.fixed_seconds = m.throughput > 0.0 ? phi_[r] / m.throughput : 0.0;
   return m;
+}
+
+double Monitor::model_recent_peak(int rank, int steps) const {
+  const auto r = checked(rank);
+  const double phi = phi_[r];
+  if (phi == 0.0) return recent_peak(rank, steps);
+  if (steps < 1 || steps > filled_) return 0.0;
+  double peak = 0.0;
+  for (int age = 0; age < steps; ++age) peak = std::max(peak, model_throughput(entry(r, age), phi));
+  return peak;
 }
 
 double Monitor::model_recent_median(int rank, int steps) const {
@@ -439,16 +451,18 @@ void Monitor::rebuild() {
     int run = 0;
     for (int age = 0; age < filled_; ++age) {
       const RankStepStats& e = entry(r, age);
+      x_ring_[cell_of(slot_of(age), r)] = step_throughput(e);
       if (const double x = step_throughput(e); x > 0.0) sorted_insert(xs, timed, x);
       sorted_insert(ws, waits, wait_of(e));
       if (run == age && e.samples == entry(r, 0).samples) run = age + 1;
     }
     timed_count_[r] = timed;
+    last_x_[r] = filled_ > 0 ? step_throughput(entry(r, 0)) : 0.0;
+    last_samples_[r] = filled_ > 0 ? entry(r, 0).samples : 0;
     x_median_[r] = sorted_median(xs, timed);
     wait_median_[r] = sorted_median(ws, waits);
     level_run_[r] = run;
-    std::vector<double> kept(&fits_[r * kFitsKept], &fits_[r * kFitsKept] + fit_count_[r]);
-    phi_[r] = detail::median_in_place(kept);
+    phi_[r] = combined_intercept(&fits_[r * kFitsKept], fit_count_[r]);
     rebuild_model_window(r);
   }
   allreduce_.clear();
@@ -539,7 +553,6 @@ Monitor Monitor::restore(std::span<const std::byte> bytes) {
                             std::to_string(m.last_step_) +
                             "; expected last step >= -1 and at most last step + 1 steps");
     }
-    const auto w = static_cast<std::size_t>(window);
     for (std::size_t rank = 0; rank < static_cast<std::size_t>(world); ++rank) {
       const auto n = r.get<std::uint64_t>();
       if (n > static_cast<std::uint64_t>(window) || n > r.remaining() / kEntryBytes) {
@@ -554,7 +567,7 @@ Monitor Monitor::restore(std::span<const std::byte> bytes) {
       }
       m.filled_ = static_cast<int>(n);
       for (std::size_t k = 0; k < n; ++k) {
-        RankStepStats& s = m.ring_[rank * w + k];  // oldest first from slot 0
+        RankStepStats& s = m.ring_[m.cell_of(k, rank)];  // oldest first from slot 0
         s.compute_seconds = r.get<double>();
         s.data_wait_seconds = r.get<double>();
         s.reduce_seconds = r.get<double>();
