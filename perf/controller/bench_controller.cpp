@@ -136,8 +136,8 @@ void cost_case(int world, std::int64_t steps, double jitter) {
       auto& st = stats[static_cast<std::size_t>(r)];
       const auto& em = ranks[static_cast<std::size_t>(r)];
       st.samples = plan.batch[static_cast<std::size_t>(r)];
-      st.compute_seconds = static_cast<double>(st.samples) * 1e-3 * (r % 4 == 3 ? 2.0 : 1.0) * em.slowdown(s) *
-                           em.noise(s);
+      st.compute_seconds =
+          static_cast<double>(st.samples) * 1e-3 * (r % 4 == 3 ? 2.0 : 1.0) * em.slowdown(s) * em.noise(s);
       st.reduce_seconds = 1e-3;
     }
     const auto begin = std::chrono::steady_clock::now();
@@ -148,10 +148,11 @@ void cost_case(int world, std::int64_t steps, double jitter) {
   const double worst = *std::max_element(per_step.begin(), per_step.end());
   std::nth_element(per_step.begin(), per_step.begin() + static_cast<std::ptrdiff_t>(per_step.size() / 2),
                    per_step.end());
-  std::printf("  world %6d, jitter %.2f: %9.1f us median per on_step, worst %9.1f us (%lld steps, %zu plans); "
-              "memory +%ld KiB after step %lld\n",
-              world, jitter, 1e6 * per_step[per_step.size() / 2], 1e6 * worst, static_cast<long long>(steps),
-              c.history().size(), rss_kib() - rss_quarter, static_cast<long long>(steps / 4));
+  std::printf(
+      "  world %6d, jitter %.2f: %9.1f us median per on_step, worst %9.1f us (%lld steps, %zu plans); "
+      "memory +%ld KiB after step %lld\n",
+      world, jitter, 1e6 * per_step[per_step.size() / 2], 1e6 * worst, static_cast<long long>(steps),
+      c.history().size(), rss_kib() - rss_quarter, static_cast<long long>(steps / 4));
 }
 
 }  // namespace

@@ -207,9 +207,9 @@ std::pair<double, double> Controller::predict(const Plan& p) const {
   for (int i = 0; i < n; ++i) {
     const detail::RankModel m = detail::rank_model(monitor_, i);
     const bool timed = m.throughput > 0.0;
-    compute = std::max(compute, CostModel::rank_compute_seconds(p.batch[static_cast<std::size_t>(i)],
-                                                                timed ? m.throughput : fill,
-                                                                timed ? m.fixed : monitor_.data_wait_seconds(i)));
+    compute = std::max(
+        compute, CostModel::rank_compute_seconds(p.batch[static_cast<std::size_t>(i)], timed ? m.throughput : fill,
+                                                 timed ? m.fixed : monitor_.data_wait_seconds(i)));
   }
   const double allreduce = detail::measured_allreduce(monitor_);
   return {compute, compute + (allreduce >= 0.0 ? allreduce : cost_.allreduce_seconds(p.world_size()))};

@@ -149,7 +149,6 @@ void Monitor::out_of_range(int rank) const {
   throw UsageError("Monitor: rank " + std::to_string(rank) + " out of range [0, " + std::to_string(world_size_) + ")");
 }
 
-
 void Monitor::record(std::int64_t step, std::span<const RankStepStats> stats) {
   if (static_cast<int>(stats.size()) != world_size_) {
     throw UsageError("Monitor::record: got stats for " + std::to_string(stats.size()) + " ranks, world size is " +
