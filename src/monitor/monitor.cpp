@@ -97,6 +97,22 @@ void sorted_erase(double* a, int& n, double v) {
   --n;
 }
 
+// sorted_erase(old) then sorted_insert(new) (both present or positive as the caller checks),
+// in one pass: only the values between the two positions move.
+void sorted_replace(double* a, int n, double old_value, double new_value) {
+  double* at = std::lower_bound(a, a + n, old_value);
+  if (at == a + n || !(*at == old_value)) return;  // cannot happen for values it inserted
+  if (new_value >= old_value) {
+    double* to = std::upper_bound(at + 1, a + n, new_value);
+    std::move(at + 1, to, at);
+    *(to - 1) = new_value;
+  } else {
+    double* to = std::upper_bound(a, at, new_value);
+    std::move_backward(to, at, at + 1);
+    *to = new_value;
+  }
+}
+
 // The same value median_in_place gives: the middle one, or the mean of the two middle ones.
 double sorted_median(const double* a, int n) noexcept {
   if (n <= 0) return 0.0;
@@ -209,13 +225,16 @@ void Monitor::add_entry(std::size_t r, const RankStepStats& s) {
     // A value that repeats (a virtual device, a steady rank) leaves its window and median as
     // they are: nothing but the ring is touched.
     if (const double x_old = x_ring_[at]; x_old != x_new) {
-      if (x_old > 0.0) sorted_erase(xs, timed_count_[r], x_old);
-      if (x_new > 0.0) sorted_insert(xs, timed_count_[r], x_new);
+      if (x_old > 0.0 && x_new > 0.0) {
+        sorted_replace(xs, timed_count_[r], x_old, x_new);
+      } else {
+        if (x_old > 0.0) sorted_erase(xs, timed_count_[r], x_old);
+        if (x_new > 0.0) sorted_insert(xs, timed_count_[r], x_new);
+      }
       x_median_[r] = sorted_median(xs, timed_count_[r]);
     }
     if (const double w_old = wait_of(cell); w_old != w_new) {
-      sorted_erase(ws, waits, w_old);
-      sorted_insert(ws, waits, w_new);
+      sorted_replace(ws, waits, w_old, w_new);
       wait_median_[r] = sorted_median(ws, waits);
     }
   } else {
@@ -229,8 +248,12 @@ void Monitor::add_entry(std::size_t r, const RankStepStats& s) {
     const double m_old = full ? model_throughput(cell, phi) : 0.0;
     const double m_new = model_throughput(s, phi);
     if (m_old != m_new) {
-      if (m_old > 0.0) sorted_erase(ms, model_count_[r], m_old);
-      if (m_new > 0.0) sorted_insert(ms, model_count_[r], m_new);
+      if (m_old > 0.0 && m_new > 0.0) {
+        sorted_replace(ms, model_count_[r], m_old, m_new);
+      } else {
+        if (m_old > 0.0) sorted_erase(ms, model_count_[r], m_old);
+        if (m_new > 0.0) sorted_insert(ms, model_count_[r], m_new);
+      }
     }
     model_median_[r] = sorted_median(ms, model_count_[r]);
   }
