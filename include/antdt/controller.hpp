@@ -210,6 +210,7 @@ class Controller {
   void format_reasons() const;
   // The prediction for `plan` with the current model: {compute part, whole step}; 0s without timing.
   [[nodiscard]] std::pair<double, double> predict(const Plan& plan) const;
+  [[nodiscard]] std::pair<double, double> predict_now(const Plan& plan) const;  // uncached
   void consider_restart(std::int64_t step, const StepOutlook& outlook);
   Plan checked(Plan plan) const;
 
@@ -224,6 +225,16 @@ class Controller {
   // The compute part's relative prediction errors of the last `window` steps, oldest first.
   std::vector<double> errors_;
   double last_error_ = -1.0;
+  // The last predict(): the Session asks for the next step's prediction (its step record) and
+  // on_step makes the same one before recording; at 10,000 ranks each is an O(n) pass.
+  struct PredictionCache {
+    std::int64_t recorded = -1;  // Monitor::steps_recorded() it was made at
+    const Plan* plan = nullptr;
+    std::int64_t version = -1;
+    std::size_t plans = 0;  // history_.size()
+    std::pair<double, double> value{0.0, 0.0};
+  };
+  mutable PredictionCache prediction_;
   std::vector<int> slow_streak_;
   std::vector<std::uint8_t> was_fine_;
   std::int64_t last_change_step_ = -1;

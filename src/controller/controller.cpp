@@ -199,6 +199,15 @@ const std::vector<RankAssessment>& Controller::assessments() const {
 }
 
 std::pair<double, double> Controller::predict(const Plan& p) const {
+  PredictionCache& c = prediction_;
+  if (c.recorded == monitor_.steps_recorded() && c.plan == &p && c.version == p.version && c.plans == history_.size())
+    return c.value;
+  const std::pair<double, double> value = predict_now(p);
+  c = PredictionCache{monitor_.steps_recorded(), &p, p.version, history_.size(), value};
+  return value;
+}
+
+std::pair<double, double> Controller::predict_now(const Plan& p) const {
   const double fill = monitor_.median_throughput();
   if (!(fill > 0.0)) return {0.0, 0.0};
   const int n = monitor_.world_size();
