@@ -12,10 +12,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <memory>
 #include <numeric>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -164,6 +166,21 @@ SessionOptions session_options(const TrainOptions& o, const data::Dataset& train
   so.prefetch_steps = o.prefetch_steps;
   so.controller.policy = o.policy;
   so.controller.min_gain = o.min_gain;
+  if (!o.fixed_split.empty()) {
+    std::stringstream in(o.fixed_split);
+    for (std::string item; std::getline(in, item, ',');) {
+      std::size_t used = 0;
+      long long b = -1;
+      try {
+        b = std::stoll(item, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used != item.size() || b < 0)
+        throw UsageError("--fixed-split '" + o.fixed_split + "': give non-negative batches separated by commas");
+      so.fixed_split.push_back(b);
+    }
+  }
   so.controller.min_interval = o.min_interval;
   so.controller.window = o.window;
   so.controller.persistence = o.persistence;

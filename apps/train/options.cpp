@@ -173,6 +173,10 @@ void add_options(CLI::App& app, TrainOptions& o) {
                "Time a few micro-steps per rank at start so the planner begins from the best split (default: on)")
       ->group(pol)
       ->capture_default_str();
+  app.add_option("--fixed-split", o.fixed_split,
+                 "Policy static: these per-rank batches b_0,b_1,... (summing to --global-batch) instead of equal "
+                 "ones, e.g. the best fixed split found offline (perf/controller/real-noise.sh)")
+      ->group(pol);
   app.add_option("--min-gain", o.min_gain, "Re-plan only when the predicted step time improves by this fraction")
       ->group(pol)
       ->check(cli::in_range<double>(0.0, 1.0))

@@ -53,6 +53,7 @@ struct TrainOptions {
   std::int64_t restart_cooldown = 0;
   bool probe = true;
   double min_gain = 0.05;
+  std::string fixed_split;  // policy static: b_0,b_1,... instead of equal batches
   std::int64_t min_interval = 10;
   int window = 20;
   int persistence = 5;

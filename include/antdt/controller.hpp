@@ -11,6 +11,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "antdt/monitor.hpp"
@@ -66,10 +67,14 @@ enum class RankClass { normal, leader, transient_straggler, persistent_straggler
 // transient straggler; otherwise leader if its window median is >= reference / ratio, else normal.
 struct RankAssessment {
   RankClass kind = RankClass::normal;
-  double throughput = 0.0;  // window median, samples/s
-  double relative = 1.0;    // throughput / reference
+  double throughput = 0.0;       // window median, samples/s
+  double relative = 1.0;         // throughput / reference
+  double last_throughput = 0.0;  // this step's, samples/s (0: no timed samples)
+  std::int64_t batch = 0;        // its batch in the plan in force at the step
   int slow_streak = 0;
   bool was_fine = false;  // has been at or above straggler_ratio x the reference at some step
+  // One line with the numbers behind `kind`. Formatted when read through
+  // Controller::assessments() (reports), not every step: not current in ControllerContext.
   std::string reason;
 };
 
@@ -101,6 +106,10 @@ struct ControllerContext {
   const ControllerOptions& options;  // global_batch and caps are resolved (never 0/empty)
   const CostModel& cost;
   std::int64_t last_change_step;  // step at which the latest plan was decided; -1: none
+  // The cost model's own error: the window median of |predicted - measured| / measured of the
+  // part of the step a split changes, max_i(data wait + compute), each predicted before its
+  // step was seen. 0 until there are predictions.
+  double model_error = 0.0;
   [[nodiscard]] std::int64_t effective_step() const noexcept { return step + 1 + options.plan_lag; }
 };
 
@@ -163,16 +172,23 @@ class Controller {
   [[nodiscard]] const Plan& plan() const noexcept { return history_.back(); }
   // The plan in force at `step` (the latest one with effective_step <= step).
   [[nodiscard]] const Plan& plan_at(std::int64_t step) const;
-  [[nodiscard]] const std::vector<RankAssessment>& assessments() const noexcept { return assessments_; }
+  // With reasons (formatted on the first read after a step: O(world) snprintf).
+  [[nodiscard]] const std::vector<RankAssessment>& assessments() const;
   [[nodiscard]] const std::vector<Plan>& history() const noexcept { return history_; }
   [[nodiscard]] const Monitor& monitor() const noexcept { return monitor_; }
   [[nodiscard]] const ControllerOptions& options() const noexcept { return options_; }
   [[nodiscard]] const CostModel& cost_model() const noexcept { return cost_; }
   [[nodiscard]] std::string policy_name() const { return policy_->name(); }
   [[nodiscard]] bool rebalances() const { return policy_->rebalances(); }
-  // Cost-model prediction for plan() with the Monitor's current estimates (0 before any
-  // rank has timing); compare with monitor().step_seconds(), the measured one.
+  // Cost-model prediction of the next step (the plan in force at last_step() + 1) with the
+  // Monitor's current model: max_i(a_i + b_i / x_i) + the measured all-reduce (0 before any
+  // rank has timing). The Monitor's measured step time is what it predicts.
   [[nodiscard]] double predicted_step_seconds() const;
+  // |predicted - measured| / measured step time of the last recorded step, the prediction made
+  // before the step was seen; -1 when there was none (warm-up, no timing yet).
+  [[nodiscard]] double prediction_error() const noexcept { return last_error_; }
+  // ControllerContext::model_error after the last step.
+  [[nodiscard]] double model_error() const;
   [[nodiscard]] std::int64_t last_change_step() const noexcept { return last_change_step_; }
   // The last step passed to on_step (-1 before any); the next step must be after it.
   [[nodiscard]] std::int64_t last_step() const noexcept { return last_step_; }
@@ -191,6 +207,10 @@ class Controller {
   Controller(Restored, ControllerOptions options, Monitor monitor);
   void resolve_options(const Plan& reference);
   void assess(std::int64_t step);
+  void format_reasons() const;
+  // The prediction for `plan` with the current model: {compute part, whole step}; 0s without timing.
+  [[nodiscard]] std::pair<double, double> predict(const Plan& plan) const;
+  [[nodiscard]] std::pair<double, double> predict_now(const Plan& plan) const;  // uncached
   void consider_restart(std::int64_t step, const StepOutlook& outlook);
   Plan checked(Plan plan) const;
 
@@ -199,7 +219,22 @@ class Controller {
   Monitor monitor_;
   std::unique_ptr<PolicyPlugin> policy_;
   std::vector<Plan> history_;
-  std::vector<RankAssessment> assessments_;
+  mutable std::vector<RankAssessment> assessments_;
+  mutable bool reasons_current_ = true;
+  double assessed_reference_ = 0.0;
+  // The compute part's relative prediction errors of the last `window` steps, oldest first.
+  std::vector<double> errors_;
+  double last_error_ = -1.0;
+  // The last predict(): the Session asks for the next step's prediction (its step record) and
+  // on_step makes the same one before recording; at 10,000 ranks each is an O(n) pass.
+  struct PredictionCache {
+    std::int64_t recorded = -1;  // Monitor::steps_recorded() it was made at
+    const Plan* plan = nullptr;
+    std::int64_t version = -1;
+    std::size_t plans = 0;  // history_.size()
+    std::pair<double, double> value{0.0, 0.0};
+  };
+  mutable PredictionCache prediction_;
   std::vector<int> slow_streak_;
   std::vector<std::uint8_t> was_fine_;
   std::int64_t last_change_step_ = -1;

@@ -22,7 +22,8 @@ struct CostModelParams {
 };
 
 // Predicted step time = max_i (a_i + b_i / x_i) + allreduce(p), where x_i is rank i's compute
-// throughput (samples/s), a_i its fixed per-step overhead (s, e.g. data wait), b_i its batch,
+// throughput (samples/s), a_i its fixed per-step seconds (its data wait plus the fixed part of
+// its fitted compute model, which may be negative: Monitor::compute_model), b_i its batch,
 // and allreduce(p) = alpha + 2(p-1)/p * bytes * beta (ring allreduce; 0 when p == 1).
 // Waiting of the faster ranks for the slowest is the "bubble" the planner minimises.
 class CostModel {
@@ -32,14 +33,20 @@ class CostModel {
 
   [[nodiscard]] const CostModelParams& params() const noexcept { return params_; }
   [[nodiscard]] double allreduce_seconds(int p) const noexcept;
-  // a + b / x for one rank; a rank with b == 0 costs nothing, b > 0 with x <= 0 is infinite.
+  // a + b / x for one rank (never below 0: a fitted fixed part a may be negative); a rank with
+  // b == 0 costs nothing, b > 0 with x <= 0 is infinite.
   [[nodiscard]] static double rank_compute_seconds(std::int64_t b, double x, double overhead) noexcept;
   // Per-rank predicted compute (+overhead) seconds of `plan`. `overhead` may be empty (all 0).
   // Throws UsageError when x (or a non-empty overhead) does not have one entry per rank.
   [[nodiscard]] std::vector<double> predict_rank_seconds(const Plan& plan, std::span<const double> x,
                                                          std::span<const double> overhead = {}) const;
+  // max_i (a_i + b_i / x_i): the part of the step that the split changes.
+  [[nodiscard]] double predict_compute_seconds(const Plan& plan, std::span<const double> x,
+                                               std::span<const double> overhead = {}) const;
+  // predict_compute_seconds + the all-reduce: `allreduce` seconds when >= 0 (a measured one),
+  // else the alpha-beta model's allreduce_seconds(p).
   [[nodiscard]] double predict_step_seconds(const Plan& plan, std::span<const double> x,
-                                            std::span<const double> overhead = {}) const;
+                                            std::span<const double> overhead = {}, double allreduce = -1.0) const;
 
  private:
   CostModelParams params_{};
@@ -51,10 +58,16 @@ class CostModel {
 // b_i >= 1 when B >= world size, then improved by moving single samples off the slowest rank
 // while that lowers the predicted max (the result is the integer optimum). caps are the
 // per-rank micro-batch caps m_i (one value for all ranks, or one per rank); accumulation
-// k_i = ceil(b_i / m_i). Deterministic. Throws UsageError on B < 1, empty x, x_i not finite
-// or <= 0, or mismatched sizes.
+// k_i = ceil(b_i / m_i). Deterministic; O(n log n + moves log n). Throws UsageError on B < 1,
+// empty x, x_i not finite or <= 0, a non-finite overhead, or mismatched sizes.
 [[nodiscard]] Plan plan_split(std::int64_t global_batch, std::span<const double> x, std::span<const std::int64_t> caps,
                               std::int64_t effective_step, std::span<const double> overhead = {});
+
+// The lowest predicted max_i(a_i + b_i/x_i) of any split, integer or not: the water-filling
+// of plan_split's first step, O(n) per pinning round. No integer plan beats it, so a policy
+// can test whether any change could pay before it builds one.
+[[nodiscard]] double continuous_split_seconds(std::int64_t global_batch, std::span<const double> x,
+                                              std::span<const double> overhead = {});
 
 // Rough relative training throughput of a GPU generation, A100 (sm_80) = 1.0. A name match
 // ("H200", "L40", "T4"...) wins over the compute capability (90 for sm_90). Returns 0 for

@@ -38,9 +38,13 @@ struct RunSummary {
   std::int64_t epochs_completed = 0;
   double wall_seconds = 0.0;            // training loop only
   double throughput = 0.0;              // samples / wall_seconds
-  std::vector<double> rank_throughput;  // x_i: standalone samples per compute-second
-  double ideal_throughput = 0.0;        // sum of x_i
-  double efficiency = 0.0;              // throughput / ideal_throughput
+  std::vector<double> rank_throughput;  // x_i: window median samples per compute-second
+  // samples / RunTotals::ideal_seconds: sum_i x_i weighted over the steps, with x_i each
+  // step's own measured b_i / compute_i (the same compute as the steps' wall time holds).
+  double ideal_throughput = 0.0;
+  double efficiency = 0.0;  // throughput / ideal_throughput = ideal_seconds / wall_seconds <= 1
+  // The cost model's median relative error predicting a step before it ran (0: none).
+  double model_error_median = 0.0;
   double idle_fraction = 0.0;           // mean over steps of 1 - mean(t_i)/max(t_i)
   double data_wait_fraction = 0.0;      // data wait / step time, mean over ranks and steps
   double reduce_fraction = 0.0;         // reduction wait after compute / step time, the same way

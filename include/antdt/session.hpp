@@ -57,9 +57,12 @@ struct SessionOptions {
   std::int64_t max_steps = 0;    // 0 = unlimited (stop by epochs)
   int prefetch_steps = 2;        // shards are granted this many steps ahead
   ControllerOptions controller;  // policy, hysteresis, windows (global_batch/caps are filled in)
-  int backup_workers = -1;       // pooled policies (nd): ranks a step may do without (docs/nd.md);
-                                 // -1: 1, or 0 on a single rank
-  int chunks_per_share = 8;      // pooled policies: a micro-chunk is about b_i / this
+  // Policy static only: this split b_i (one per rank, summing to global_batch) instead of equal
+  // batches, e.g. the best fixed split found offline to compare dd against. Empty: equal.
+  std::vector<std::int64_t> fixed_split;
+  int backup_workers = -1;   // pooled policies (nd): ranks a step may do without (docs/nd.md);
+                             // -1: 1, or 0 on a single rank
+  int chunks_per_share = 8;  // pooled policies: a micro-chunk is about b_i / this
   PoolMechanism pool_mechanism = PoolMechanism::automatic;  // pooled policies: counter or deadline
   EmulationOptions emulation;                               // straggler emulation (tests, benchmarks)
   std::int64_t gradient_bytes = 0;                          // size of the reduced buffer, for the cost model

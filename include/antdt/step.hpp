@@ -65,6 +65,15 @@ struct RunTotals {
   double reduce_fraction_sum = 0.0;     // the same for reduce_i
   double median_wall_seconds = 0.0;     // median step wall time (to 0.1 %, from a log histogram)
   double last_predicted_seconds = 0.0;  // the cost model's prediction for the last step's plan
+  // Sum over steps of the step's ideal time: its samples at the sum of the speeds its ranks
+  // measured in that step, samples_k / sum_i (b_ik / compute_ik). At most the step's slowest
+  // compute, so at most the wall time of the steps: the efficiency ideal / wall cannot
+  // exceed 1 (docs/controller.md, "Efficiency").
+  double ideal_seconds = 0.0;
+  // Median over steps of |predicted - measured| / measured, the cost model's prediction of
+  // each step made before it ran against the Monitor's measured step time (0: none).
+  double model_error_median = 0.0;
+  std::int64_t model_error_steps = 0;  // steps with a prediction
 };
 
 }  // namespace antdt

@@ -4,7 +4,8 @@
 //  1. efficiency (throughput / sum x_i) of static vs dd for two heterogeneous clusters,
 //     next to the closed-form limits N min(x)/sum(x) and mean(x)/min(x);
 //  2. plan changes per 100 steps when the only noise is transient (no persistent skew);
-//  3. the Controller's own cost per step (on_step: record + assess + decide), in microseconds.
+//  3. the Controller's own cost per step (on_step: record + assess + decide), in microseconds,
+//     from 4 to 10,000 ranks (100,000 with --large), and the memory its steps add.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -98,7 +99,20 @@ void flapping_case(double p, double factor, std::int64_t duration, int seeds, st
       static_cast<long long>(steps));
 }
 
-void cost_case(int world, std::int64_t steps) {
+long rss_kib() {
+  long pages = 0, resident = 0;
+  if (std::FILE* f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+    std::fclose(f);
+  }
+  return resident * 4;
+}
+
+// Controller::on_step (record, assess, decide) on `world` ranks: rank r % 4 == 3 at half speed,
+// transient 2x slowdowns (5 % of steps, 3 steps long) and `jitter` on every step's time.
+// Prints the median and the worst step, and the resident memory the steps added after the
+// first quarter (it must stay flat: nothing grows with the steps).
+void cost_case(int world, std::int64_t steps, double jitter) {
   antdt::ControllerOptions o;
   o.policy = "dd";
   o.global_batch = 64LL * world;
@@ -109,24 +123,36 @@ void cost_case(int world, std::int64_t steps) {
   e.transient_probability = 0.05;
   e.transient_factor = 2;
   e.transient_steps = 3;
+  e.jitter = jitter;
+  e.virtual_seconds_per_sample = 1e-3;
   std::vector<antdt::SpeedEmulator> ranks;
   for (int r = 0; r < world; ++r) ranks.emplace_back(e, r, world);
   std::vector<antdt::RankStepStats> stats(static_cast<std::size_t>(world));
-  double seconds = 0.0;
+  std::vector<double> per_step;
+  long rss_quarter = 0;
   for (std::int64_t s = 0; s < steps; ++s) {
-    const auto& plan = c.plan_at(s);
+    const antdt::Plan plan = c.plan_at(s);
     for (int r = 0; r < world; ++r) {
       auto& st = stats[static_cast<std::size_t>(r)];
+      const auto& em = ranks[static_cast<std::size_t>(r)];
       st.samples = plan.batch[static_cast<std::size_t>(r)];
-      st.compute_seconds = static_cast<double>(st.samples) * 1e-3 * (r % 4 == 3 ? 2.0 : 1.0) *
-                           ranks[static_cast<std::size_t>(r)].slowdown(s);
+      st.compute_seconds =
+          static_cast<double>(st.samples) * 1e-3 * (r % 4 == 3 ? 2.0 : 1.0) * em.slowdown(s) * em.noise(s);
+      st.reduce_seconds = 1e-3;
     }
     const auto begin = std::chrono::steady_clock::now();
     (void)c.on_step(s, stats);
-    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+    per_step.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count());
+    if (s == steps / 4) rss_quarter = rss_kib();
   }
-  std::printf("  world %5d: %9.2f us per on_step (%lld steps, %zu plans)\n", world,
-              1e6 * seconds / static_cast<double>(steps), static_cast<long long>(steps), c.history().size());
+  const double worst = *std::max_element(per_step.begin(), per_step.end());
+  std::nth_element(per_step.begin(), per_step.begin() + static_cast<std::ptrdiff_t>(per_step.size() / 2),
+                   per_step.end());
+  std::printf(
+      "  world %6d, jitter %.2f: %9.1f us median per on_step, worst %9.1f us (%lld steps, %zu plans); "
+      "memory +%ld KiB after step %lld\n",
+      world, jitter, 1e6 * per_step[per_step.size() / 2], 1e6 * worst, static_cast<long long>(steps),
+      c.history().size(), rss_kib() - rss_quarter, static_cast<long long>(steps / 4));
 }
 
 }  // namespace
@@ -137,6 +163,8 @@ int main(int argc, char** argv) {
   int seeds = 10;
   app.add_option("--steps", steps, "Simulated steps per run")->capture_default_str();
   app.add_option("--seeds", seeds, "Seeds for the transient-noise runs")->capture_default_str();
+  bool large = false;
+  app.add_flag("--large", large, "Also measure the controller's cost at 100,000 ranks (about 1.5 GiB, a minute)");
   CLI11_PARSE(app, argc, argv);
 
   std::printf(
@@ -157,9 +185,12 @@ int main(int argc, char** argv) {
   flapping_case(0.02, 5.0, 8, seeds, steps * 2);
 
   std::printf("\n[3] controller cost per step (record + assess + decide, dd, wall clock of this machine)\n");
-  cost_case(4, 4000);
-  cost_case(8, 4000);
-  cost_case(64, 1000);
-  cost_case(512, 200);
+  for (const double jitter : {0.0, 0.05}) {
+    cost_case(4, 4000, jitter);
+    cost_case(64, 1000, jitter);
+    cost_case(1000, 400, jitter);
+    cost_case(10000, 200, jitter);
+    if (large) cost_case(100000, 60, jitter);
+  }
   return 0;
 }

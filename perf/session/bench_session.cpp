@@ -150,8 +150,12 @@ RunResult run_session(const Options& o, const std::string& policy, const Emulati
   if (emu.virtual_seconds_per_sample <= 0) r.ideal = 0;  // stretch mode: only the measured x_i exist
   if (rank == 0) {
     r.dds_fraction = s.dds_seconds() / s.elapsed_seconds();
+    // Stretch mode: the ideal from the steps' own measured speeds, step by step (the summary's
+    // ideal_throughput, docs/controller.md "Efficiency"); the window medians only without timing.
+    const RunTotals totals = s.totals();
     const auto xs = s.rank_throughput();
-    r.ideal_measured = std::accumulate(xs.begin(), xs.end(), 0.0);
+    r.ideal_measured = totals.ideal_seconds > 0 ? static_cast<double>(totals.samples) / totals.ideal_seconds
+                                                : std::accumulate(xs.begin(), xs.end(), 0.0);
     r.plan_changes = static_cast<std::int64_t>(s.plan_history().size()) - 1;
     r.split = s.plan().batch;
   }

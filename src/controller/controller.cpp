@@ -5,6 +5,7 @@
 #include "antdt/controller.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <iomanip>
 #include <limits>
@@ -12,8 +13,10 @@
 #include <sstream>
 
 #include "antdt/error.hpp"
+#include "controller/model_inputs.hpp"
 #include "core/bytes.hpp"
 #include "core/plan_codec.hpp"
+#include "monitor/robust_stats.hpp"
 
 namespace antdt {
 
@@ -21,7 +24,8 @@ namespace {
 
 constexpr std::uint32_t kControllerMagic = 0x4c544341;  // "ACTL"
 // 2: adds each rank's was-fine flag and the restarts decided (format 1 is read as none).
-constexpr std::uint32_t kControllerFormat = 2;
+// 3: adds the cost model's recent prediction errors (formats 1 and 2 are read as none).
+constexpr std::uint32_t kControllerFormat = 3;
 
 void validate(const ControllerOptions& o) {
   if (o.window < 1) throw UsageError("controller: window must be at least 1 step, got " + std::to_string(o.window));
@@ -113,58 +117,114 @@ const Plan& Controller::plan_at(std::int64_t step) const {
 }
 
 // Classifies each rank against the cluster reference (median of window-median throughputs).
-// Reasons are formatted with snprintf: this runs for every rank at every step on rank 0.
+// O(1) per rank from the Monitor's incremental statistics; the reasons are formatted only when
+// someone reads them (format_reasons), not for every rank at every step.
 void Controller::assess(std::int64_t step) {
   const double reference = monitor_.median_throughput();
   const double ratio = options_.straggler_ratio;
   const auto& current = plan_at(step);
-  char buf[320];
+  assessed_reference_ = reference;
   for (int i = 0; i < monitor_.world_size(); ++i) {
     const auto r = static_cast<std::size_t>(i);
-    const RankWindowSummary& s = monitor_.summary(i);
     RankAssessment& a = assessments_[r];
-    a.throughput = s.throughput;
-    a.relative = reference > 0.0 ? s.throughput / reference : 1.0;
-    const bool timed_now = s.last_throughput > 0.0;
+    a.throughput = monitor_.throughput(i);
+    a.relative = reference > 0.0 ? a.throughput / reference : 1.0;
+    a.last_throughput = monitor_.last_throughput(i);
+    a.batch = r < current.batch.size() ? current.batch[r] : 0;
+    const bool timed_now = a.last_throughput > 0.0;
     if (timed_now && reference > 0.0) {
-      const bool slow = s.last_throughput < ratio * reference;
+      const bool slow = a.last_throughput < ratio * reference;
       slow_streak_[r] = slow ? slow_streak_[r] + 1 : 0;
       if (!slow) was_fine_[r] = 1;
     }
     a.slow_streak = slow_streak_[r];
     a.was_fine = was_fine_[r] != 0;
-    const char* untimed = timed_now ? "" : "no timed samples this step; ";
     if (a.slow_streak >= options_.persistence) {
       // Slow since it was first assessed: a slower device. Fine once, then slow: contention.
       a.kind = a.was_fine ? RankClass::persistent_straggler : RankClass::deterministic_straggler;
-      std::snprintf(buf, sizeof buf,
-                    "%sbelow %.3gx the cluster median (%.4g samples/s) for %d consecutive steps (persistence %d)%s; "
-                    "window median %.4g samples/s = %.3gx",
-                    untimed, ratio, reference, a.slow_streak, options_.persistence,
-                    a.was_fine ? " after being fine" : ", since its first assessed step", s.throughput, a.relative);
     } else if (a.slow_streak > 0) {
       a.kind = RankClass::transient_straggler;
-      std::snprintf(
-          buf, sizeof buf,
-          "%sthis step %.4g samples/s < %.3gx the cluster median (%.4g) for %d step(s), fewer than persistence %d",
-          untimed, s.last_throughput, ratio, reference, a.slow_streak, options_.persistence);
-    } else if (reference > 0.0 && s.throughput >= reference / ratio) {
+    } else if (reference > 0.0 && a.throughput >= reference / ratio) {
       a.kind = RankClass::leader;
-      std::snprintf(buf, sizeof buf, "%swindow median %.4g samples/s = %.3gx the cluster median, >= 1/%.3g", untimed,
-                    s.throughput, a.relative, ratio);
     } else {
       a.kind = RankClass::normal;
-      if (timed_now) {
-        std::snprintf(buf, sizeof buf, "window median %.4g samples/s = %.3gx the cluster median", s.throughput,
-                      a.relative);
-      } else {
-        std::snprintf(buf, sizeof buf, "no timed samples this step (batch %lld)",
-                      static_cast<long long>(r < current.batch.size() ? current.batch[r] : 0));
-      }
+    }
+  }
+  reasons_current_ = false;  // the old reasons stay until format_reasons overwrites them
+}
+
+void Controller::format_reasons() const {
+  const double reference = assessed_reference_;
+  const double ratio = options_.straggler_ratio;
+  char buf[320];
+  for (RankAssessment& a : assessments_) {
+    const bool timed_now = a.last_throughput > 0.0;
+    const char* untimed = timed_now ? "" : "no timed samples this step; ";
+    switch (a.kind) {
+      case RankClass::persistent_straggler:
+      case RankClass::deterministic_straggler:
+        std::snprintf(buf, sizeof buf,
+                      "%sbelow %.3gx the cluster median (%.4g samples/s) for %d consecutive steps (persistence %d)%s; "
+                      "window median %.4g samples/s = %.3gx",
+                      untimed, ratio, reference, a.slow_streak, options_.persistence,
+                      a.was_fine ? " after being fine" : ", since its first assessed step", a.throughput, a.relative);
+        break;
+      case RankClass::transient_straggler:
+        std::snprintf(
+            buf, sizeof buf,
+            "%sthis step %.4g samples/s < %.3gx the cluster median (%.4g) for %d step(s), fewer than persistence %d",
+            untimed, a.last_throughput, ratio, reference, a.slow_streak, options_.persistence);
+        break;
+      case RankClass::leader:
+        std::snprintf(buf, sizeof buf, "%swindow median %.4g samples/s = %.3gx the cluster median, >= 1/%.3g", untimed,
+                      a.throughput, a.relative, ratio);
+        break;
+      case RankClass::normal:
+        if (timed_now) {
+          std::snprintf(buf, sizeof buf, "window median %.4g samples/s = %.3gx the cluster median", a.throughput,
+                        a.relative);
+        } else {
+          std::snprintf(buf, sizeof buf, "no timed samples this step (batch %lld)", static_cast<long long>(a.batch));
+        }
+        break;
     }
     a.reason = buf;
   }
+  reasons_current_ = true;
 }
+
+const std::vector<RankAssessment>& Controller::assessments() const {
+  if (!reasons_current_) format_reasons();
+  return assessments_;
+}
+
+std::pair<double, double> Controller::predict(const Plan& p) const {
+  PredictionCache& c = prediction_;
+  if (c.recorded == monitor_.steps_recorded() && c.plan == &p && c.version == p.version && c.plans == history_.size())
+    return c.value;
+  const std::pair<double, double> value = predict_now(p);
+  c = PredictionCache{monitor_.steps_recorded(), &p, p.version, history_.size(), value};
+  return value;
+}
+
+std::pair<double, double> Controller::predict_now(const Plan& p) const {
+  const double fill = monitor_.median_throughput();
+  if (!(fill > 0.0)) return {0.0, 0.0};
+  const int n = monitor_.world_size();
+  if (p.world_size() != n) throw UsageError("controller: the plan to predict is not for this world");
+  double compute = 0.0;  // max_i (a_i + b_i / x_i), in one pass: this runs for every rank at every step
+  for (int i = 0; i < n; ++i) {
+    const detail::RankModel m = detail::rank_model(monitor_, i);
+    const bool timed = m.throughput > 0.0;
+    compute = std::max(
+        compute, CostModel::rank_compute_seconds(p.batch[static_cast<std::size_t>(i)], timed ? m.throughput : fill,
+                                                 timed ? m.fixed : monitor_.data_wait_seconds(i)));
+  }
+  const double allreduce = detail::measured_allreduce(monitor_);
+  return {compute, compute + (allreduce >= 0.0 ? allreduce : cost_.allreduce_seconds(p.world_size()))};
+}
+
+double Controller::model_error() const { return detail::median(errors_); }
 
 std::optional<Plan> Controller::on_step(std::int64_t step, std::span<const RankStepStats> stats,
                                         const StepOutlook& outlook) {
@@ -178,11 +238,21 @@ std::optional<Plan> Controller::on_step(std::int64_t step, std::span<const RankS
                      std::to_string(last_step_));
   }
   last_step_ = step;
+  last_error_ = -1.0;
   // Warm-up steps (allocation, first-touch, library initialisation) would only pollute the window.
   if (step < options_.warmup_steps) return std::nullopt;
+  // The model's prediction for this step, made before its stats are seen, then its error.
+  const auto [predicted_compute, predicted_step] = predict(plan_at(step));
   monitor_.record(step, stats);
+  if (predicted_step > 0.0 && monitor_.last_step_seconds() > 0.0)
+    last_error_ = std::abs(predicted_step - monitor_.last_step_seconds()) / monitor_.last_step_seconds();
+  if (predicted_compute > 0.0 && monitor_.last_compute_seconds() > 0.0) {
+    errors_.push_back(std::abs(predicted_compute - monitor_.last_compute_seconds()) / monitor_.last_compute_seconds());
+    if (static_cast<int>(errors_.size()) > options_.window) errors_.erase(errors_.begin());
+  }
   assess(step);
-  const ControllerContext context{step, plan(), monitor_, assessments_, options_, cost_, last_change_step_};
+  const ControllerContext context{step,     plan(), monitor_,          assessments_,
+                                  options_, cost_,  last_change_step_, model_error()};
   if (policy_->restarts()) consider_restart(step, outlook);
   std::optional<Plan> decided = policy_->decide(context);
   if (!decided) return std::nullopt;
@@ -266,15 +336,7 @@ const Plan& Controller::install_plan(Plan p, std::int64_t decided_at_step) {
   return history_.back();
 }
 
-double Controller::predicted_step_seconds() const {
-  const double fill = monitor_.median_throughput();
-  if (!(fill > 0.0)) return 0.0;
-  std::vector<double> x = monitor_.throughputs();
-  for (auto& v : x) {
-    if (!(v > 0.0)) v = fill;
-  }
-  return cost_.predict_step_seconds(plan(), x, monitor_.data_wait_seconds());
-}
+double Controller::predicted_step_seconds() const { return predict(plan_at(last_step_ + 1)).second; }
 
 std::vector<std::byte> Controller::serialize() const {
   detail::ByteWriter w;
@@ -294,6 +356,7 @@ std::vector<std::byte> Controller::serialize() const {
   w.put_vector(was_fine_);
   w.put<std::int32_t>(restarts_decided_);
   w.put(last_restart_step_);
+  w.put_vector(errors_);
   return w.take();
 }
 
@@ -304,7 +367,7 @@ Controller Controller::restore(std::span<const std::byte> bytes, ControllerOptio
     if (r.get<std::uint32_t>() != kControllerMagic)
       throw CheckpointError("controller state: not a controller blob (bad magic)");
     const auto format = r.get<std::uint32_t>();
-    if (format != 1 && format != kControllerFormat) {
+    if (format < 1 || format > kControllerFormat) {
       throw CheckpointError("controller state: format " + std::to_string(format) + " is not supported (expected 1 to " +
                             std::to_string(kControllerFormat) + ")");
     }
@@ -334,6 +397,10 @@ Controller Controller::restore(std::span<const std::byte> bytes, ControllerOptio
       restarts = r.get<std::int32_t>();
       last_restart = r.get<std::int64_t>();
     }
+    std::vector<double> errors;
+    if (format >= 3) errors = r.get_vector<double>();
+    if (std::any_of(errors.begin(), errors.end(), [](double e) { return !(e >= 0.0 && e <= 1e12); }))
+      throw CheckpointError("controller state: a recorded prediction error is not a number >= 0");
     if (!r.done()) throw CheckpointError("controller state: " + std::to_string(r.remaining()) + " trailing bytes");
     if (saved_world < 1 || history.back().world_size() != saved_world || monitor.world_size() != saved_world ||
         static_cast<int>(streaks.size()) != saved_world || was_fine.size() != streaks.size()) {
@@ -397,6 +464,11 @@ Controller Controller::restore(std::span<const std::byte> bytes, ControllerOptio
       c.slow_streak_ = std::move(streaks);
       c.was_fine_ = std::move(was_fine);
       c.last_change_step_ = last_change;
+      if (same_monitor) {
+        c.errors_ = std::move(errors);
+        if (static_cast<int>(c.errors_.size()) > c.options_.window)
+          c.errors_.erase(c.errors_.begin(), c.errors_.end() - c.options_.window);
+      }
     } else {
       c.slow_streak_.assign(static_cast<std::size_t>(world), 0);
       c.was_fine_.assign(static_cast<std::size_t>(world), 0);
@@ -416,12 +488,14 @@ Controller Controller::restore(std::span<const std::byte> bytes, ControllerOptio
     Plan next;
     std::ostringstream reason;
     if (same_world && c.monitor_.median_throughput() > 0.0) {
-      std::vector<double> x = c.monitor_.throughputs();
       const double fill = c.monitor_.median_throughput();
-      for (auto& v : x) {
-        if (!(v > 0.0)) v = fill;
+      std::vector<double> x(static_cast<std::size_t>(world)), fixed(static_cast<std::size_t>(world));
+      for (int i = 0; i < world; ++i) {
+        const detail::RankModel m = detail::rank_model(c.monitor_, i);
+        x[static_cast<std::size_t>(i)] = m.throughput > 0.0 ? m.throughput : fill;
+        fixed[static_cast<std::size_t>(i)] = m.throughput > 0.0 ? m.fixed : c.monitor_.data_wait_seconds(i);
       }
-      next = plan_split(c.options_.global_batch, x, c.options_.caps, last_step + 1, c.monitor_.data_wait_seconds());
+      next = plan_split(c.options_.global_batch, x, c.options_.caps, last_step + 1, fixed);
       reason << "restored with global batch " << c.options_.global_batch << ": re-split by measured throughput";
     } else {
       next = equal_plan(c.options_.global_batch, c.options_.caps, last_step + 1);

@@ -51,7 +51,9 @@ double CostModel::allreduce_seconds(int p) const noexcept {
 double CostModel::rank_compute_seconds(std::int64_t b, double x, double overhead) noexcept {
   if (b <= 0) return 0.0;
   if (!(x > 0.0)) return std::numeric_limits<double>::infinity();
-  return overhead + static_cast<double>(b) / x;
+  // A fitted compute model may have a negative fixed part (the cost per sample grows with the
+  // batch); far below the batches it was fitted on it would predict negative time.
+  return std::max(0.0, overhead + static_cast<double>(b) / x);
 }
 
 std::vector<double> CostModel::predict_rank_seconds(const Plan& plan, std::span<const double> x,
@@ -67,32 +69,58 @@ std::vector<double> CostModel::predict_rank_seconds(const Plan& plan, std::span<
   return t;
 }
 
-double CostModel::predict_step_seconds(const Plan& plan, std::span<const double> x,
-                                       std::span<const double> overhead) const {
-  const auto t = predict_rank_seconds(plan, x, overhead);
-  const double slowest = t.empty() ? 0.0 : *std::max_element(t.begin(), t.end());
-  return slowest + allreduce_seconds(plan.world_size());
+double CostModel::predict_compute_seconds(const Plan& plan, std::span<const double> x,
+                                          std::span<const double> overhead) const {
+  const auto n = plan.batch.size();
+  if (x.size() != n) {
+    throw UsageError("cost model: got " + std::to_string(x.size()) + " throughputs for " + std::to_string(n) +
+                     " ranks");
+  }
+  check_per_rank(overhead, n, "cost model overheads");
+  double slowest = 0.0;
+  for (std::size_t i = 0; i < n; ++i)
+    slowest = std::max(slowest, rank_compute_seconds(plan.batch[i], x[i], overhead_of(overhead, i)));
+  return slowest;
 }
 
-Plan plan_split(std::int64_t global_batch, std::span<const double> x, std::span<const std::int64_t> caps,
-                std::int64_t effective_step, std::span<const double> overhead) {
+double CostModel::predict_step_seconds(const Plan& plan, std::span<const double> x, std::span<const double> overhead,
+                                       double allreduce) const {
+  return predict_compute_seconds(plan, x, overhead) +
+         (allreduce >= 0.0 ? allreduce : allreduce_seconds(plan.world_size()));
+}
+
+namespace {
+
+void check_split_input(std::int64_t global_batch, std::span<const double> x, std::span<const double> overhead,
+                       const char* who) {
   const std::size_t n = x.size();
-  if (n == 0) throw UsageError("plan_split: no ranks (empty throughput list)");
+  if (n == 0) throw UsageError(std::string(who) + ": no ranks (empty throughput list)");
   if (global_batch < 1)
-    throw UsageError("plan_split: the global batch must be at least 1, got " + std::to_string(global_batch));
+    throw UsageError(std::string(who) + ": the global batch must be at least 1, got " + std::to_string(global_batch));
   for (std::size_t i = 0; i < n; ++i) {
     if (!std::isfinite(x[i]) || x[i] <= 0.0) {
-      throw UsageError("plan_split: throughput of rank " + std::to_string(i) + " must be finite and > 0, got " +
-                       std::to_string(x[i]));
+      throw UsageError(std::string(who) + ": throughput of rank " + std::to_string(i) +
+                       " must be finite and > 0, got " + std::to_string(x[i]));
     }
   }
-  check_per_rank(overhead, n, "plan_split overheads");
-  const auto caps_n = expand_caps(caps, n);
-  const auto a = [&](std::size_t i) { return std::max(0.0, overhead_of(overhead, i)); };
-  // Floor per rank: every rank works when there is enough work for all (invariant 3).
-  const std::int64_t floor_b = global_batch >= static_cast<std::int64_t>(n) ? 1 : 0;
+  check_per_rank(overhead, n, who);
+  for (std::size_t i = 0; i < overhead.size(); ++i) {
+    if (!std::isfinite(overhead[i]))
+      throw UsageError(std::string(who) + ": the fixed seconds of rank " + std::to_string(i) + " are not finite");
+  }
+}
 
-  // 1. Continuous water-filling with pinned ranks.
+std::int64_t floor_of(std::int64_t global_batch, std::size_t n) {
+  // Every rank works when there is enough work for all (invariant 3).
+  return global_batch >= static_cast<std::int64_t>(n) ? 1 : 0;
+}
+
+// Continuous water-filling with pinned ranks: every unpinned rank finishes at the same time,
+// b_i = (T - a_i) x_i; ranks that would get less than the floor are pinned to it.
+std::vector<double> water_fill(std::int64_t global_batch, std::span<const double> x, std::span<const double> overhead) {
+  const std::size_t n = x.size();
+  const auto a = [&](std::size_t i) { return overhead_of(overhead, i); };
+  const std::int64_t floor_b = floor_of(global_batch, n);
   std::vector<double> share(n, 0.0);
   std::vector<bool> pinned(n, false);
   for (std::size_t round = 0; round <= n; ++round) {
@@ -123,6 +151,34 @@ Plan plan_split(std::int64_t global_batch, std::span<const double> x, std::span<
     }
     if (!changed) break;
   }
+  return share;
+}
+
+}  // namespace
+
+double continuous_split_seconds(std::int64_t global_batch, std::span<const double> x,
+                                std::span<const double> overhead) {
+  check_split_input(global_batch, x, overhead, "continuous_split_seconds");
+  const std::vector<double> share = water_fill(global_batch, x, overhead);
+  const std::int64_t floor_b = floor_of(global_batch, x.size());
+  double slowest = 0.0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double b = std::max(share[i], static_cast<double>(floor_b));
+    if (b > 0.0) slowest = std::max(slowest, std::max(0.0, overhead_of(overhead, i) + b / x[i]));
+  }
+  return slowest;
+}
+
+Plan plan_split(std::int64_t global_batch, std::span<const double> x, std::span<const std::int64_t> caps,
+                std::int64_t effective_step, std::span<const double> overhead) {
+  check_split_input(global_batch, x, overhead, "plan_split");
+  const std::size_t n = x.size();
+  const auto caps_n = expand_caps(caps, n);
+  const auto a = [&](std::size_t i) { return overhead_of(overhead, i); };
+  const std::int64_t floor_b = floor_of(global_batch, n);
+
+  // 1. Continuous water-filling with pinned ranks.
+  const std::vector<double> share = water_fill(global_batch, x, overhead);
 
   // 2. Largest-remainder rounding; ties go to the lower rank so the result is deterministic.
   std::vector<std::int64_t> b(n);
@@ -145,23 +201,55 @@ Plan plan_split(std::int64_t global_batch, std::span<const double> x, std::span<
     --assigned;
   }
 
-  // 3. Local improvement: move one sample from the slowest rank to where it costs least.
+  // 3. Local improvement: move one sample from the slowest rank (the lowest such rank on ties)
+  // to the rank where it costs least (again the lowest on ties). Two heaps with lazy deletion
+  // find both in O(log n) per move: each entry carries the batch it was computed for and is
+  // skipped once that rank's batch has moved on. The moves are those of scanning every rank.
   const auto t_of = [&](std::size_t i, std::int64_t bi) { return CostModel::rank_compute_seconds(bi, x[i], a(i)); };
+  struct Entry {
+    double t;
+    std::size_t rank;
+    std::int64_t batch;
+  };
+  const auto slower = [](const Entry& l, const Entry& r) { return l.t < r.t || (l.t == r.t && l.rank > r.rank); };
+  const auto costlier = [](const Entry& l, const Entry& r) { return l.t > r.t || (l.t == r.t && l.rank > r.rank); };
+  std::vector<Entry> by_time, by_next;  // max-heap of t_i(b_i); min-heap of t_j(b_j + 1)
+  by_time.reserve(n + 64);
+  by_next.reserve(n + 64);
+  for (std::size_t i = 0; i < n; ++i) {
+    by_time.push_back({t_of(i, b[i]), i, b[i]});
+    by_next.push_back({t_of(i, b[i] + 1), i, b[i]});
+  }
+  std::make_heap(by_time.begin(), by_time.end(), slower);
+  std::make_heap(by_next.begin(), by_next.end(), costlier);
+  const auto pop = [](std::vector<Entry>& heap, const auto& cmp) {
+    std::pop_heap(heap.begin(), heap.end(), cmp);
+    heap.pop_back();
+  };
+  const auto push = [](std::vector<Entry>& heap, const auto& cmp, Entry e) {
+    heap.push_back(e);
+    std::push_heap(heap.begin(), heap.end(), cmp);
+  };
+  const auto drop_stale = [&](std::vector<Entry>& heap, const auto& cmp) {
+    while (!heap.empty() && heap.front().batch != b[heap.front().rank]) pop(heap, cmp);
+  };
+  std::vector<Entry> set_aside;
   for (std::int64_t moves = 0; moves < global_batch + static_cast<std::int64_t>(n); ++moves) {
-    std::size_t slowest = 0;
-    for (std::size_t i = 1; i < n; ++i) {
-      if (t_of(i, b[i]) > t_of(slowest, b[slowest])) slowest = i;
-    }
+    drop_stale(by_time, slower);
+    const std::size_t slowest = by_time.front().rank;
     if (b[slowest] - 1 < floor_b) break;
-    std::size_t target = n;
-    double target_t = std::numeric_limits<double>::infinity();
-    for (std::size_t j = 0; j < n; ++j) {
-      if (j == slowest) continue;
-      if (const double tj = t_of(j, b[j] + 1); tj < target_t) {
-        target_t = tj;
-        target = j;
-      }
+    // The cheapest rank other than the slowest one.
+    drop_stale(by_next, costlier);
+    set_aside.clear();
+    while (!by_next.empty() && by_next.front().rank == slowest) {
+      set_aside.push_back(by_next.front());
+      pop(by_next, costlier);
+      drop_stale(by_next, costlier);
     }
+    const bool found = !by_next.empty();
+    const std::size_t target = found ? by_next.front().rank : n;
+    const double target_t = found ? by_next.front().t : std::numeric_limits<double>::infinity();
+    for (const Entry& e : set_aside) push(by_next, costlier, e);
     // Accept a move only if neither end reaches the current maximum: then the maximum drops,
     // or the number of ranks at it does (ties), so the loop ends at the integer optimum: while
     // the max exceeds it, some rank j can take one more sample and stay below the max.
@@ -169,6 +257,10 @@ Plan plan_split(std::int64_t global_batch, std::span<const double> x, std::span<
     if (target == n || !(target_t < current_max) || !(t_of(slowest, b[slowest] - 1) < current_max)) break;
     --b[slowest];
     ++b[target];
+    for (const std::size_t i : {slowest, target}) {
+      push(by_time, slower, {t_of(i, b[i]), i, b[i]});
+      push(by_next, costlier, {t_of(i, b[i] + 1), i, b[i]});
+    }
   }
 
   Plan plan;

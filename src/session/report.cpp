@@ -88,7 +88,6 @@ void summarize_session(const Session& session, RunSummary& s) {
   if (s.emulated_speeds.size() == 1) s.emulated_speeds.assign(static_cast<std::size_t>(s.ranks), s.emulated_speeds[0]);
   s.policy = session.options().controller.policy;
   s.rank_throughput = session.rank_throughput();
-  s.ideal_throughput = std::accumulate(s.rank_throughput.begin(), s.rank_throughput.end(), 0.0);
   if (t.steps > 0) {
     const auto steps = static_cast<double>(t.steps);
     s.idle_fraction = t.idle_fraction_sum / steps;
@@ -98,7 +97,10 @@ void summarize_session(const Session& session, RunSummary& s) {
   }
   s.measured_step_seconds = t.median_wall_seconds;
   if (s.wall_seconds > 0) s.throughput = static_cast<double>(t.samples) / s.wall_seconds;
-  s.efficiency = s.ideal_throughput > 0 ? s.throughput / s.ideal_throughput : 0.0;
+  // Numerator and denominator from the same compute times (docs/controller.md, "Efficiency").
+  s.ideal_throughput = t.ideal_seconds > 0 ? static_cast<double>(t.samples) / t.ideal_seconds : 0.0;
+  s.efficiency = s.wall_seconds > 0 ? t.ideal_seconds / s.wall_seconds : 0.0;
+  s.model_error_median = t.model_error_median;
   s.plans = session.plan_history();
   s.plan_changes = std::max<std::int64_t>(0, static_cast<std::int64_t>(s.plans.size()) - 1);
   s.final_split = session.plan().batch;
@@ -141,6 +143,7 @@ std::string summary_json(const RunSummary& s) {
   o << "  \"rank_throughput\": " << json_array(s.rank_throughput) << ",\n";
   o << "  \"ideal_throughput\": " << json_number(s.ideal_throughput) << ",\n";
   o << "  \"efficiency\": " << json_number(s.efficiency) << ",\n";
+  o << "  \"model_error_median\": " << json_number(s.model_error_median) << ",\n";
   o << "  \"idle_fraction\": " << json_number(s.idle_fraction) << ",\n";
   o << "  \"data_wait_fraction\": " << json_number(s.data_wait_fraction) << ",\n";
   o << "  \"reduce_fraction\": " << json_number(s.reduce_fraction) << ",\n";
@@ -209,14 +212,16 @@ std::string summary_text(const RunSummary& s) {
   if (s.emulated) o << "EMULATED stragglers: " << s.emulation << "\n";
   o << std::setprecision(2) << "steps " << s.steps << ", samples " << s.samples << ", epochs completed "
     << s.epochs_completed << ", wall " << s.wall_seconds << " s\n";
-  o << std::setprecision(1) << "throughput " << s.throughput << " samples/s; ideal (sum x_i) " << s.ideal_throughput
-    << std::setprecision(3) << "; efficiency " << s.efficiency << "; idle fraction " << s.idle_fraction << "\n";
+  o << std::setprecision(1) << "throughput " << s.throughput << " samples/s; ideal (sum x_i, step by step) "
+    << s.ideal_throughput << std::setprecision(3) << "; efficiency " << s.efficiency << "; idle fraction "
+    << s.idle_fraction << "\n";
   o << "per-rank standalone throughput x_i (samples/s):";
   for (std::size_t r = 0; r < s.rank_throughput.size(); ++r)
     o << " r" << r << "=" << std::setprecision(1) << s.rank_throughput[r];
   o << "\n";
   o << std::setprecision(4) << "step time: predicted " << s.predicted_step_seconds * 1e3 << " ms, measured median "
-    << s.measured_step_seconds * 1e3 << " ms\n";
+    << s.measured_step_seconds * 1e3 << " ms; cost model median error per step " << std::setprecision(3)
+    << s.model_error_median << "\n";
   for (std::size_t r = 0; r < s.assessments.size(); ++r) {
     const auto& a = s.assessments[r];
     if (a.kind == RankClass::normal) continue;

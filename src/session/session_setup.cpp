@@ -84,6 +84,21 @@ protocol::StepCoordinatorOptions coordinator_options(const SessionOptions& o, co
 }
 
 Plan first_plan(const SessionOptions& o, const std::vector<std::int64_t>& caps, const std::vector<double>& priors) {
+  if (!o.fixed_split.empty()) {
+    if (policy_rebalances(o.controller.policy))
+      throw UsageError("Session: a fixed split is for policy static, not " + o.controller.policy);
+    if (o.fixed_split.size() != caps.size()) {
+      throw UsageError("Session: a fixed split of " + std::to_string(o.fixed_split.size()) + " batches for " +
+                       std::to_string(caps.size()) + " ranks");
+    }
+    Plan p = equal_plan(o.global_batch, caps, 0);
+    p.batch = o.fixed_split;
+    update_accumulation(p);
+    p.reason = "fixed split";
+    if (const std::string problem = plan_problem(p); !problem.empty())
+      throw UsageError("Session: the fixed split is not a plan: " + problem);
+    return p;
+  }
   const bool have_priors = std::any_of(priors.begin(), priors.end(), [](double p) { return p > 0; });
   if (!have_priors || !policy_rebalances(o.controller.policy)) return equal_plan(o.global_batch, caps, 0);
   return initial_plan(o.global_batch, std::vector<double>(priors.size(), 0.0), caps, priors, 0);

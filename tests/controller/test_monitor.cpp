@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "antdt/error.hpp"
@@ -114,4 +117,142 @@ TEST(Monitor, SerializeRoundTrip) {
   auto bad = bytes;
   bad[0] = std::byte{0};
   EXPECT_THROW((void)Monitor::restore(bad), antdt::CheckpointError);
+}
+
+namespace {
+
+// Deterministic noise in [-amplitude, amplitude].
+double wobble(std::int64_t step, int rank, double amplitude) {
+  return amplitude * std::sin(1.7 * static_cast<double>(step) + 3.1 * static_cast<double>(rank));
+}
+
+double naive_median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const std::size_t m = v.size() / 2;
+  return v.size() % 2 == 1 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+}  // namespace
+
+// The incremental windows must give what a recomputation over the last `window` steps gives,
+// bit for bit: repeated values, untimed steps (no samples) and a window that is not full.
+TEST(Monitor, IncrementalMediansEqualARecomputation) {
+  constexpr int kWorld = 3, kWindow = 7;
+  Monitor m(kWorld, kWindow);
+  std::vector<std::vector<RankStepStats>> history;
+  for (std::int64_t step = 0; step < 120; ++step) {
+    std::vector<RankStepStats> stats(kWorld);
+    for (int r = 0; r < kWorld; ++r) {
+      const bool idle = (step + r) % 11 == 0;
+      const double repeat = step % 5 < 2 ? 0.0 : wobble(step, r, 0.2);  // runs of repeated values
+      stats[static_cast<std::size_t>(r)] =
+          idle ? timed(0, 0.0, 0.001 * r) : timed(10 + r, 0.1 * (1.0 + repeat), 0.01 * std::abs(wobble(step, r, 1.0)));
+    }
+    m.record(step, stats);
+    history.push_back(stats);
+    std::vector<double> all_x;
+    for (int r = 0; r < kWorld; ++r) {
+      std::vector<double> x, w;
+      for (std::size_t k = history.size() > kWindow ? history.size() - kWindow : 0; k < history.size(); ++k) {
+        const RankStepStats& s = history[k][static_cast<std::size_t>(r)];
+        if (s.samples > 0 && s.compute_seconds > 0.0) x.push_back(static_cast<double>(s.samples) / s.compute_seconds);
+        w.push_back(s.data_wait_seconds);
+      }
+      ASSERT_EQ(m.throughput(r), naive_median(x)) << "step " << step << " rank " << r;
+      ASSERT_EQ(m.data_wait_seconds(r), naive_median(w)) << "step " << step << " rank " << r;
+      ASSERT_EQ(m.has_throughput(r), !x.empty());
+      ASSERT_EQ(m.summary(r).throughput, m.throughput(r));
+      if (!x.empty()) all_x.push_back(naive_median(x));
+    }
+    ASSERT_EQ(m.median_throughput(), naive_median(all_x)) << "step " << step;
+  }
+}
+
+// Rank 0 takes 20 ms + b / 1000 samples/s (fixed per-step costs, 3 % noise); rank 1 is plainly
+// proportional (b / 500). Twenty steps at b = 100, then b = 160: the fits after ten and after
+// fifteen steps at 160 agree, and rank 0's model has its fixed part, rank 1's none.
+TEST(Monitor, FitsEachRanksComputeModelFromTwoBatchLevels) {
+  Monitor m(2, 20);
+  for (std::int64_t step = 0; step < 35; ++step) {
+    const std::int64_t b = step < 20 ? 100 : 160;
+    const RankStepStats s[2] = {timed(b, (0.02 + static_cast<double>(b) / 1000.0) * (1.0 + wobble(step, 0, 0.03))),
+                                timed(b, static_cast<double>(b) / 500.0)};
+    m.record(step, s);
+    if (step < 29) {
+      EXPECT_EQ(m.compute_model(0).fits, 0) << "a fit needs half a window at the new batch, step " << step;
+    }
+    if (step >= 29 && step < 34) {
+      EXPECT_EQ(m.compute_model(0).fits, 1);
+      EXPECT_EQ(m.compute_model(0).intercept_samples, 0.0) << "one fit alone does not move the model";
+    }
+  }
+  const auto fixed = m.compute_model(0);
+  EXPECT_EQ(fixed.fits, 2);
+  EXPECT_NEAR(fixed.fixed_seconds, 0.02, 0.008);
+  EXPECT_NEAR(fixed.throughput, 1000.0, 100.0);
+  EXPECT_NEAR(fixed.seconds(130), 0.02 + 0.130, 0.005) << "it predicts a batch it never ran";
+  EXPECT_GT(fixed.intercept_samples, 0.0);
+  const auto plain = m.compute_model(1);
+  EXPECT_EQ(plain.fits, 2);
+  EXPECT_EQ(plain.intercept_samples, 0.0) << "an exactly proportional rank has no fixed part";
+  EXPECT_EQ(plain.throughput, m.throughput(1));
+  EXPECT_DOUBLE_EQ(plain.seconds(250), 0.5);
+  // The model survives a checkpoint, and steps after it continue the same.
+  const Monitor back = Monitor::restore(m.serialize());
+  EXPECT_EQ(back.compute_model(0).intercept_samples, fixed.intercept_samples);
+  EXPECT_EQ(back.compute_model(0).throughput, fixed.throughput);
+  EXPECT_EQ(back.serialize(), m.serialize());
+}
+
+// Cost per sample that grows with the batch (caches) is a negative intercept, bounded so that
+// the model stays positive where the rank ran. A time that does not grow with the batch at
+// all is no slope the model can use: no fit (the dd policy's check after a change copes).
+TEST(Monitor, ComputeModelsOfConvexAndFlatRanks) {
+  Monitor m(2, 20);
+  for (std::int64_t step = 0; step < 40; ++step) {  // the window holds only b = 300 at the end
+    const double b = step < 20 ? 200.0 : 300.0;
+    const RankStepStats s[2] = {timed(static_cast<std::int64_t>(b), b / 1000.0 * (1.0 + b / 1000.0)),
+                                timed(static_cast<std::int64_t>(b), 0.25)};
+    m.record(step, s);
+  }
+  const auto convex = m.compute_model(0);
+  EXPECT_EQ(convex.fits, 2);
+  EXPECT_LT(convex.fixed_seconds, 0.0);
+  EXPECT_NEAR(convex.seconds(300), 0.39, 1e-9);
+  EXPECT_NEAR(convex.seconds(200), 0.24, 1e-9);
+  EXPECT_GT(convex.seconds(100), 0.0);
+  EXPECT_EQ(m.compute_model(1).fits, 0);
+  EXPECT_EQ(m.compute_model(1).intercept_samples, 0.0);
+}
+
+// A transient inside a batch level scatters its times: no fit is made from it.
+TEST(Monitor, NoFitFromALevelWithATransient) {
+  Monitor m(1, 20);
+  for (std::int64_t step = 0; step < 30; ++step) {
+    const std::int64_t b = step < 20 ? 100 : 150;
+    const double slow = step >= 22 && step < 27 ? 3.0 : 1.0;
+    const RankStepStats s = timed(b, static_cast<double>(b) / 1000.0 * slow + 0.01);
+    m.record(step, std::span(&s, 1));
+  }
+  EXPECT_EQ(m.compute_model(0).fits, 0);
+  EXPECT_EQ(m.compute_model(0).intercept_samples, 0.0);
+}
+
+// A checkpoint of the format before the compute models (1) restores without fits.
+TEST(Monitor, RestoresTheFormatWithoutFits) {
+  Monitor m(2, 4);
+  for (std::int64_t step = 0; step < 6; ++step) {
+    const RankStepStats s[2] = {timed(10, 0.1), timed(20, 0.5, 0.01)};
+    m.record(step, s);
+  }
+  auto bytes = m.serialize();
+  bytes.resize(bytes.size() - 2);  // one empty fit count per rank
+  const std::uint32_t one = 1;
+  std::memcpy(bytes.data() + 4, &one, sizeof one);
+  const Monitor old = Monitor::restore(bytes);
+  EXPECT_EQ(old.serialize(), m.serialize());
+  EXPECT_EQ(old.throughput(1), 40.0);
+  EXPECT_EQ(old.data_wait_seconds(1), 0.01);
+  EXPECT_EQ(old.allreduce_seconds(), 0.0);
 }

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# dd on real, noisy compute (issue 18): 2 real ranks, one per core, antdt-train without a
+# virtual device, MLP 64,256,256,10, global batch 512, SGD, synthetic 60k x 64 data from
+# antdt-datagen. Speeds 1,0.5 (stretch emulation: a rank's measured compute stretched to
+# compute / speed) and 1,1. Policies static, dd and the best fixed split found offline (a
+# sweep of static --fixed-split runs before the measurement), all interleaved, REPEATS times.
+# Prints the medians of: efficiency (ideal / wall, docs/controller.md "Efficiency"), plan
+# changes per 100 steps after step 50, the cost model's median prediction error per step,
+# throughput, dd / best-fixed and dd / static (per repeat, then the median), and the ratio
+# of the two ranks' measured x_i (1 with equal speeds if x_i is honest).
+#   perf/controller/real-noise.sh [build-dir]      REPEATS=5 STEPS=400 OUT=dir
+# Real compute: the figures depend on what else runs on the machine's cores; quote medians.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+build=$(cd "${1:-$root/build}" && pwd)
+repeats=${REPEATS:-5}
+steps=${STEPS:-400}
+out=${OUT:-$(mktemp -d /tmp/antdt-real-noise.XXXXXX)}
+mkdir -p "$out"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OPENBLAS_NUM_THREADS=1 ANTDT_LOG_LEVEL=warn
+train=$build/apps/antdt-train
+data=$out/train.h5
+[ -f "$data" ] || "$build/apps/antdt-datagen" -o "$data" -n 60000 -d 64 -c 10 --seed 7 >/dev/null
+# One rank per core, bound: two unbound ranks can share a core while the other runs something
+# else, and a rank's compute then holds time that is not its compute.
+bind=(--bind-to core --map-by core)
+mpirun -np 2 "${bind[@]}" true >/dev/null 2>&1 || bind=()
+run() {  # json steps speeds policy [extra...]
+  local json=$1 n=$2 speeds=$3 policy=$4
+  shift 4
+  mpirun -np 2 "${bind[@]}" "$train" --data "$data" --layers 64,256,256,10 --global-batch 512 \
+    --steps "$n" --optimizer sgd --policy "$policy" --emulate-speed "$speeds" --quiet \
+    --progress never --summary-json "$json" "$@" >"$json.log" 2>&1
+}
+throughput() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["throughput"])' "$1"; }
+
+# Offline: the best fixed split of each speed pair, the highest throughput of 2
+# short static runs per candidate (their mean) (b_0 of 512; ideal 341 for 1,0.5 and 256 for 1,1).
+declare -A best
+for speeds in 1,0.5 1,1; do
+  if [ "$speeds" = 1,0.5 ]; then cands="304 320 336 344 352 368"; else cands="240 248 256 264 272"; fi
+  top=0 top_b=256
+  for b in $cands; do
+    t=()
+    for k in 1 2; do
+      run "$out/sweep-$speeds-$b-$k.json" 200 "$speeds" static --fixed-split "$b,$((512 - b))"
+      t+=("$(throughput "$out/sweep-$speeds-$b-$k.json")")
+    done
+    m=$(python3 -c 'import sys; v=list(map(float, sys.argv[1:])); print(sum(v) / len(v))' "${t[@]}")
+    if python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) > float(sys.argv[2]) else 1)' "$m" "$top"; then
+      top=$m top_b=$b
+    fi
+  done
+  best[$speeds]="$top_b,$((512 - top_b))"
+  echo "offline sweep, speeds $speeds: best fixed split ${best[$speeds]} ($top samples/s)"
+done
+
+# Interleaved: every repeat runs every (speeds, policy) once, in turn.
+for r in $(seq 1 "$repeats"); do
+  for speeds in 1,0.5 1,1; do
+    run "$out/$speeds-static-$r.json" "$steps" "$speeds" static
+    run "$out/$speeds-dd-$r.json" "$steps" "$speeds" dd
+    run "$out/$speeds-fixed-$r.json" "$steps" "$speeds" static --fixed-split "${best[$speeds]}"
+  done
+  echo "repeat $r of $repeats done"
+done
+
+python3 - "$out" "$repeats" "$steps" "${best[1,0.5]}" "${best[1,1]}" <<'EOF'
+import json, statistics, sys
+out, repeats, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+best = {"1,0.5": sys.argv[4], "1,1": sys.argv[5]}
+med = statistics.median
+print(f"real compute, 2 ranks, MLP 64,256,256,10, B 512, {steps} steps, medians of {repeats} interleaved repeats")
+print(f"{'speeds':7} {'policy':13} {'samples/s':>10} {'eff':>6} {'plans/100':>9} {'model_err':>9} {'x0/x1':>6}")
+for speeds in ("1,0.5", "1,1"):
+    runs = {p: [json.load(open(f"{out}/{speeds}-{p}-{r}.json")) for r in range(1, repeats + 1)]
+            for p in ("static", "dd", "fixed")}
+    for p, rs in runs.items():
+        late = [100.0 * sum(1 for q in s["plans"] if q["version"] > 0 and q["effective_step"] > 50) / max(1, steps - 50)
+                for s in rs]
+        xr = [s["rank_throughput"][0] / s["rank_throughput"][1] for s in rs if s["rank_throughput"][1] > 0]
+        name = p if p != "fixed" else "fixed " + best[speeds]
+        print(f"{speeds:7} {name:13} {med(s['throughput'] for s in rs):10.0f} {med(s['efficiency'] for s in rs):6.3f} "
+              f"{med(late):9.2f} {med(s['model_error_median'] for s in rs):9.3f} {med(xr):6.3f}")
+    dd_fixed = med(d["throughput"] / f["throughput"] for d, f in zip(runs["dd"], runs["fixed"]))
+    dd_static = med(d["throughput"] / s["throughput"] for d, s in zip(runs["dd"], runs["static"]))
+    print(f"RESULT real-noise speeds={speeds} dd_eff={med(s['efficiency'] for s in runs['dd']):.3f} "
+          f"dd_over_fixed={dd_fixed:.3f} dd_over_static={dd_static:.3f} "
+          f"dd_model_err={med(s['model_error_median'] for s in runs['dd']):.3f}")
+EOF
+echo "runs in $out"
