@@ -25,7 +25,7 @@ echo "## 1. transient 3x slowdowns on 10% of steps, 4+1 ranks, B=200, c=1 ms/sam
 mpirun -np 5 "$b/perf/session/antdt-bench-session" --mode efficiency --speeds 1,1,1,1,1 --transient 0.1,3,1 \
   --policies static,dd,nd --virtual-device 0.001 --global-batch 200 --steps 150 --repeats "$repeats" \
   > "$out/transient-real.txt" 2>&1
-grep RESULT "$out/transient-real.txt" | grep -v control
+grep RESULT "$out/transient-real.txt" | grep -v "^RESULT control"
 "$b/apps/antdt-sim" --speeds 1,1,1,1,1 -B 200 --seconds-per-sample 0.001 --emulate-transient 0.1,3,1 --steps 2000 \
   --policy static dd nd --no-charge-decision > "$out/transient-sim.txt" 2>&1
 echo "simulated (2000 steps):"; grep -E "^(static|dd|nd) " "$out/transient-sim.txt"
