@@ -18,7 +18,7 @@ namespace {
 
 constexpr int kArrivalTag = 7301;
 constexpr double kSpinSeconds = 20e-3;
-constexpr double kMinSleep = 100e-6, kMaxSleep = 1e-3, kSleepFraction = 0.05;
+constexpr double kMinSleep = 50e-6, kMaxSleep = 200e-6, kSleepFraction = 0.05;
 constexpr std::size_t kNamedAtMost = 8;
 
 std::string seconds_text(double s) {
