@@ -19,7 +19,6 @@ import glob
 import json
 import os
 import random
-import re
 import shutil
 import signal
 import subprocess
@@ -28,19 +27,10 @@ import tempfile
 import time
 import unittest
 
-BUILD = os.path.abspath(sys.argv[1])
-SOURCE = os.path.abspath(sys.argv[2])
-del sys.argv[1:3]
-TRAIN = os.path.join(BUILD, "apps", "antdt-train")
-DATAGEN = os.path.join(BUILD, "apps", "antdt-datagen")
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-           OMPI_MCA_rmaps_base_oversubscribe="1", ANTDT_LOG_LEVEL="warn")
+from harness import DATAGEN, ENV, TRAIN, Mount, run
+
 SAMPLES, BATCH, EPOCHS = 1200, 40, 2
 EXIT_WRITE, EXIT_STALLED, EXIT_STOPPED = 3, 5, 76
-
-
-def run(cmd, timeout=240):
-    return subprocess.run(list(map(str, cmd)), capture_output=True, text=True, timeout=timeout, env=ENV)
 
 
 def start(np, args):
@@ -292,31 +282,10 @@ class StopSignals(Faults):
         self.assertNotIn(r.returncode, (0, EXIT_STOPPED), "the second SIGTERM had its default effect")
 
 
-class Mount:
-    """A small tmpfs at `path` (root only); `ok` is False, with `why`, where it cannot be had."""
-
-    def __init__(self, path, size="2m"):
-        self.path = path
-        os.makedirs(path, exist_ok=True)
-        r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=" + size, "tmpfs", path], capture_output=True,
-                           text=True)
-        self.ok = r.returncode == 0
-        self.why = (r.stderr or r.stdout).strip() or "mount failed"
-
-    def remount(self, mode):
-        # A checkpoint being written holds a file open for writing, and the kernel refuses a
-        # read-only remount while it is (EBUSY): try again until the write is done.
-        deadline = time.monotonic() + 30
-        while True:
-            r = subprocess.run(["mount", "-o", "remount," + mode, self.path], capture_output=True, text=True)
-            if r.returncode == 0:
-                return
-            if time.monotonic() > deadline:
-                raise AssertionError("cannot remount %s %s: %s" % (self.path, mode, r.stderr.strip()))
-            time.sleep(0.005)
-
-    def close(self):
-        subprocess.run(["umount", "-l", self.path], capture_output=True)
+def remount(disk, mode):
+    # A checkpoint being written holds a file open for writing: try again until it is done.
+    if not disk.remount(mode, wait=30):
+        raise AssertionError("cannot remount %s %s" % (disk.path, mode))
 
 
 class CheckpointDiskTrouble(Faults):
@@ -325,7 +294,7 @@ class CheckpointDiskTrouble(Faults):
     resume (once there is room) loses nothing."""
 
     def trouble(self, make_trouble, undo):
-        disk = Mount(self.path("disk"))
+        disk = Mount(self.path("disk"), size="2m")
         if not disk.ok:
             self.skipTest("cannot mount a tmpfs here: " + disk.why)
         try:
@@ -345,20 +314,11 @@ class CheckpointDiskTrouble(Faults):
             disk.close()
 
     def test_a_full_disk_mid_run(self):
-        def fill(disk):
-            with open(os.path.join(disk.path, "filler"), "wb") as f:
-                try:
-                    while True:
-                        f.write(b"\0" * 65536)
-                        f.flush()
-                except OSError:
-                    pass
-
-        line = self.trouble(fill, lambda disk: os.remove(os.path.join(disk.path, "filler")))
+        line = self.trouble(Mount.fill, Mount.unfill)
         self.assertRegex(line, r"(?i)no space|full|write")
 
     def test_a_read_only_disk_mid_run(self):
-        line = self.trouble(lambda disk: disk.remount("ro"), lambda disk: disk.remount("rw"))
+        line = self.trouble(lambda disk: remount(disk, "ro"), lambda disk: remount(disk, "rw"))
         self.assertRegex(line, r"(?i)read-only|permission|write")
 
 

@@ -9,17 +9,11 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import unittest
 
-BUILD = os.path.abspath(sys.argv[1])
-SOURCE = os.path.abspath(sys.argv[2])
-del sys.argv[1:3]
-TRAIN = os.path.join(BUILD, "apps", "antdt-train")
-DATAGEN = os.path.join(BUILD, "apps", "antdt-datagen")
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-           OMPI_MCA_rmaps_base_oversubscribe="1", ANTDT_LOG_LEVEL="warn")
+from harness import DATAGEN, ENV, TRAIN
+
 
 
 def mpirun(np, *args, timeout=300, env=None):

@@ -20,22 +20,12 @@ import shutil
 import signal
 import struct
 import subprocess
-import sys
 import tempfile
 import time
 import unittest
 
-BUILD = os.path.abspath(sys.argv[1])
-SOURCE = os.path.abspath(sys.argv[2])
-del sys.argv[1:3]
-TRAIN = os.path.join(BUILD, "apps", "antdt-train")
-DATAGEN = os.path.join(BUILD, "apps", "antdt-datagen")
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-           OMPI_MCA_rmaps_base_oversubscribe="1", ANTDT_LOG_LEVEL="warn")
+from harness import BUILD, DATAGEN, ENV, SOURCE, TRAIN, Mount, run
 
-
-def run(cmd, timeout=240, env=None):
-    return subprocess.run(list(map(str, cmd)), capture_output=True, text=True, timeout=timeout, env=env or ENV)
 
 
 def mpirun(np, *args, timeout=240, env=None):
@@ -66,34 +56,6 @@ def plant(path, dim, cells):
         for (sample, column), value in cells.items():
             f.seek(base + (sample * dim + column) * 4)
             f.write(struct.pack("<f", value))
-
-
-class Mount:
-    """A 64 KiB tmpfs at `path` (root only); `ok` is False, with `why`, where it cannot be had."""
-
-    def __init__(self, path):
-        self.path, self.ok, self.why = path, False, ""
-        os.makedirs(path, exist_ok=True)
-        r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", path], capture_output=True, text=True)
-        self.ok = r.returncode == 0
-        self.why = (r.stderr or r.stdout).strip() or "mount failed"
-
-    def read_only(self):
-        return subprocess.run(["mount", "-o", "remount,ro", self.path], capture_output=True).returncode == 0
-
-    def fill(self):
-        """Fills the file system to the last byte."""
-        for name, chunk in (("filler", 4096), ("filler2", 1)):
-            try:
-                with open(os.path.join(self.path, name), "wb", buffering=0) as f:
-                    while True:
-                        f.write(b"\0" * chunk)
-            except OSError:
-                pass
-
-    def close(self):
-        if self.ok:
-            subprocess.run(["umount", self.path], capture_output=True)
 
 
 class Workdir(unittest.TestCase):
@@ -352,7 +314,7 @@ class EarlyChecks(Workdir):
     def test_a_read_only_checkpoint_directory_fails_before_training(self):
         m = self.mount("ro")
         os.makedirs(os.path.join(m.path, "ck"))
-        if not m.read_only():
+        if not m.remount("ro"):
             self.skipTest("cannot remount the tmpfs read-only")
         met = self.path("ro.csv")
         r = mpirun(2, *self.base(), "--steps", 20, "--checkpoint-every", 0, "--checkpoint-dir",

@@ -1,0 +1,65 @@
+"""What the antdt-train test scripts of this directory share (test_safety, test_faults, test_nd).
+
+Importing it takes BUILD_DIR and SOURCE_DIR from the command line (and removes them, so that
+unittest sees the rest): `python3 test_X.py BUILD_DIR SOURCE_DIR [unittest args]`.
+"""
+import os
+import subprocess
+import sys
+import time
+
+BUILD = os.path.abspath(sys.argv[1])
+SOURCE = os.path.abspath(sys.argv[2])
+del sys.argv[1:3]
+TRAIN = os.path.join(BUILD, "apps", "antdt-train")
+DATAGEN = os.path.join(BUILD, "apps", "antdt-datagen")
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           OMPI_MCA_rmaps_base_oversubscribe="1", ANTDT_LOG_LEVEL="warn")
+
+
+def run(cmd, timeout=240, env=None):
+    return subprocess.run(list(map(str, cmd)), capture_output=True, text=True, timeout=timeout, env=env or ENV)
+
+
+class Mount:
+    """A small tmpfs at `path` (root only); `ok` is False, with `why`, where it cannot be had."""
+
+    FILLERS = (("filler", 4096), ("filler2", 1))
+
+    def __init__(self, path, size="64k"):
+        self.path = path
+        os.makedirs(path, exist_ok=True)
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=" + size, "tmpfs", path], capture_output=True,
+                           text=True)
+        self.ok = r.returncode == 0
+        self.why = (r.stderr or r.stdout).strip() or "mount failed"
+
+    def remount(self, mode, wait=0.0):
+        """Remounts "ro" or "rw"; False if it could not. A file open for writing makes the kernel
+        refuse a read-only remount (EBUSY): with `wait`, try again for that many seconds."""
+        deadline = time.monotonic() + wait
+        while True:
+            if subprocess.run(["mount", "-o", "remount," + mode, self.path], capture_output=True).returncode == 0:
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.005)
+
+    def fill(self):
+        """Fills the file system to the last byte."""
+        for name, chunk in self.FILLERS:
+            try:
+                with open(os.path.join(self.path, name), "wb", buffering=0) as f:
+                    while True:
+                        f.write(b"\0" * chunk)
+            except OSError:
+                pass
+
+    def unfill(self):
+        for name, _ in self.FILLERS:
+            if os.path.exists(os.path.join(self.path, name)):
+                os.remove(os.path.join(self.path, name))
+
+    def close(self):
+        if self.ok:
+            subprocess.run(["umount", "-l", self.path], capture_output=True)
