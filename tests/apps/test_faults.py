@@ -204,7 +204,10 @@ class KillDuringCheckpointWrite(Faults):
 class StalledRank(Faults):
     def test_a_stopped_rank_is_named_and_every_rank_exits_within_the_timeout(self):
         ckpt, log = self.path("ckpt"), self.path("a")
-        job = start(4, self.args(ckpt, log, "--virtual-device", "0.0005", "--step-timeout", 3, "--epochs", 50))
+        # Steps of 200 ms, nearly all of it compute: the SIGSTOP lands in the compute, so rank 2
+        # never reaches the step gate. (With 5 ms steps it could land after rank 2 had passed
+        # the gate, inside the reduction, where only the watchdogs end the job.)
+        job = start(4, self.args(ckpt, log, "--virtual-device", "0.02", "--step-timeout", 3, "--epochs", 50))
         pids = rank_pids(job, 4)
         wait_for_step(log, 10, job)
         os.kill(pids[2], signal.SIGSTOP)
