@@ -16,7 +16,7 @@ namespace antdt::detail {
 
 namespace {
 
-constexpr int kArrivalTag = 7301;
+constexpr int kArrivalTag = 7301, kWordTag = 7302;
 constexpr double kSpinSeconds = 20e-3;
 constexpr double kMinSleep = 50e-6, kMaxSleep = 200e-6, kSleepFraction = 0.05;
 constexpr std::size_t kNamedAtMost = 8;
@@ -88,11 +88,17 @@ void StepGate::pass_root(std::int64_t step) {
     }
   }
   go_ = missing.empty() ? 1 : 0;
-  MPI_Request word = MPI_REQUEST_NULL;
-  ANTDT_CHECK_MPI(MPI_Ibcast(&go_, 1, MPI_INT64_T, 0, comm_.get(), &word));
-  // Rank 0's own part of the broadcast needs nobody; a stalled rank in its tree can hold it, so
-  // give it a moment and go on.
-  const bool told = wait_all(std::span<MPI_Request>(&word, 1), steady_seconds() + (missing.empty() ? timeout_ : 1.0));
+  // The word goes to each rank directly, not down a broadcast tree, where a stalled inner rank
+  // would keep the stop from the ranks below it (they would wait out the grace and blame rank
+  // 0). Rank 0 already receives one message from every rank here, so the sends only double its
+  // O(P) part; the rates on the virtual device did not move (4 and 8 ranks, 2026-12-01). The
+  // words are small (eager): they complete without the receiver, but give them a moment.
+  requests_.assign(static_cast<std::size_t>(size - 1), MPI_REQUEST_NULL);
+  for (int r = 1; r < size; ++r) {
+    ANTDT_CHECK_MPI(
+        MPI_Isend(&go_, 1, MPI_INT64_T, r, kWordTag, comm_.get(), &requests_[static_cast<std::size_t>(r - 1)]));
+  }
+  const bool told = wait_all(requests_, steady_seconds() + (missing.empty() ? timeout_ : 1.0));
   if (missing.empty()) {
     if (!told)
       throw StallError("step " + std::to_string(step) + ": the step gate's word did not go out within " +
@@ -114,7 +120,7 @@ void StepGate::pass_other(std::int64_t step) {
   arrival_ = step;
   requests_.assign(2, MPI_REQUEST_NULL);
   ANTDT_CHECK_MPI(MPI_Isend(&arrival_, 1, MPI_INT64_T, 0, kArrivalTag, comm_.get(), &requests_[0]));
-  ANTDT_CHECK_MPI(MPI_Ibcast(&go_, 1, MPI_INT64_T, 0, comm_.get(), &requests_[1]));
+  ANTDT_CHECK_MPI(MPI_Irecv(&go_, 1, MPI_INT64_T, 0, kWordTag, comm_.get(), &requests_[1]));
   const double limit = timeout_ + grace_seconds(timeout_);
   if (!wait_all(requests_, steady_seconds() + limit)) {
     throw StallError("step " + std::to_string(step) + ": no word from " + name_(0) + " at the gradient reduction in " +

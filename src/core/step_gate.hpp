@@ -5,7 +5,7 @@
 // blocking MPI or NCCL collective that wait spins a core at 100% and never ends if the rank it
 // waits for has stalled (stopped, hung in I/O, swapping). So before the reduction every rank
 // passes a StepGate: it tells rank 0 it has arrived and waits, polling with sleeps, for rank
-// 0's word. Rank 0 waits at most the step timeout for the others; if some have not arrived it
+// 0's word (sent to each rank directly, so that a stalled rank cannot hold it from others). Rank 0 waits at most the step timeout for the others; if some have not arrived it
 // names them and tells every rank to stop. Once a rank passes the gate, every rank has
 // arrived, and the reduction that follows waits for nobody.
 #pragma once
@@ -34,7 +34,7 @@ namespace antdt::detail {
 // node); then the rank sleeps between tests, each sleep a twentieth of the time waited so far
 // (50 to 200 us): a rank waiting long for a slow one idles, and notices the last arrival at
 // most 0.2 ms late. (With 1 ms naps, a static run whose fast ranks waited 26 ms of each 39 ms
-// step lost 7.5% to the late wake-ups, each hop of the go broadcast adding one.)
+// step lost 7.5% to the late wake-ups.)
 // Returns false at the deadline with the requests still pending.
 [[nodiscard]] bool wait_all(std::span<MPI_Request> requests, double deadline);
 

@@ -580,6 +580,48 @@ TEST(Session, AStalledRankIsNamedAndEveryRankThrowsWithinTheTimeout) {
   }
 }
 
+TEST(Session, EveryLiveRankHearsOfAStallFromRankZeroWhicheverRankStalls) {
+  // Rank 1 stalls: in a broadcast tree rooted at 0 it would be an inner rank, and the ranks
+  // below it would never hear rank 0's stop (they would wait out the grace and blame rank 0).
+  // Rank 0 tells every rank directly, so each live one stops at the timeout, told by rank 0.
+  const int p = world_size();
+  if (p < 3) GTEST_SKIP() << "needs a stalled rank and a live one besides rank 0";
+  auto opt = dd_options(4000, 64, 10);
+  opt.step_timeout_seconds = 1.0;
+  Session s(MPI_COMM_WORLD, opt);
+  std::vector<float> g(3, 1.0f);
+  std::int64_t stalled_at = -1;
+  bool first_hand = false;
+  std::string what;
+  double waited = 0.0;
+  try {
+    while (!s.finished()) {
+      StepWork w = s.begin_step();
+      if (s.step() == 2 && s.rank() == 1) std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+      const auto t0 = std::chrono::steady_clock::now();
+      try {
+        (void)s.reduce(g, static_cast<std::int64_t>(w.samples.size()));
+      } catch (const StallError&) {
+        waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        throw;
+      }
+      s.end_step();
+    }
+  } catch (const StallError& e) {
+    stalled_at = s.step();
+    first_hand = e.first_hand();
+    what = e.what();
+  }
+  EXPECT_EQ(stalled_at, 2) << "every rank stops at the stalled step";
+  if (s.rank() == 0) {
+    EXPECT_TRUE(first_hand);
+    EXPECT_NE(what.find("rank 1"), std::string::npos) << what;
+  } else if (s.rank() != 1) {
+    EXPECT_FALSE(first_hand) << "rank 0's word reached this rank: " << what;
+    EXPECT_LT(waited, 2.4) << "stopped at the timeout, not at the grace after it";
+  }
+}
+
 TEST(Session, ARankThatWaitsAtTheGateSleepsInsteadOfSpinning) {
   // Rank 0 is slow by 1 s before its reduction; the others wait for it at the step gate. Their
   // CPU time over that wait stays a small part of it (a blocking collective would spin all of it).
