@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -48,7 +49,17 @@ double time_per_call(double seconds, const Body& body) {
 
 int main(int argc, char** argv) {
   antdt::Environment env(argc, argv);
-  const double seconds = argc > 1 ? std::stod(argv[1]) : 0.5;
+  double seconds = 0.5;
+  if (argc > 1) {
+    const std::string a = argv[1];
+    char* end = nullptr;
+    seconds = std::strtod(a.c_str(), &end);
+    if (a == "-h" || a == "--help" || end == a.c_str() || *end != '\0' || !(seconds > 0.0)) {
+      std::fprintf(a == "-h" || a == "--help" ? stdout : stderr,
+                   "usage: antdt-bench-compute [SECONDS]   (seconds per figure, default 0.5)\n");
+      return a == "-h" || a == "--help" ? 0 : 2;
+    }
+  }
   const std::vector<Shape> shapes = {
       {{64, 128, 128, 10}, 512},
       {{784, 256, 256, 10}, 256},

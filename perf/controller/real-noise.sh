@@ -7,7 +7,14 @@
 # Prints the medians of: efficiency (ideal / wall, docs/controller.md "Efficiency"), plan
 # changes per 100 steps after step 50, the cost model's median prediction error per step,
 # throughput, dd / best-fixed and dd / static (per repeat, then the median), and the ratio
-# of the two ranks' measured x_i (1 with equal speeds if x_i is honest).
+# of the two ranks' measured x_i (1 with equal speeds if x_i is honest). From dd's per-step
+# metrics (--metrics) it splits the efficiency in two exact factors, eff = (1 - f) * balance:
+#   f, the non-compute part of the step: sum_k (wall_k - max_i compute_ik) / sum_k wall_k
+#     (data waits, the reduction, the control exchange, the optimizer update);
+#   balance: sum_k ideal_k / sum_k max_i compute_ik, how close the slowest rank's compute is to
+#     the ideal one (it holds both the plan's error and each step's unpredictable jitter).
+# The offline sweep spans wide splits: this machine's cores are not equal (core 0 often runs at
+# half speed: perf/controller/core-swap.sh), so the best split moves between sittings.
 #   perf/controller/real-noise.sh [build-dir]      REPEATS=5 STEPS=400 OUT=dir
 # Real compute: the figures depend on what else runs on the machine's cores; quote medians.
 set -euo pipefail
@@ -39,7 +46,7 @@ throughput() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["
 # short static runs per candidate (their mean) (b_0 of 512; ideal 341 for 1,0.5 and 256 for 1,1).
 declare -A best
 for speeds in 1,0.5 1,1; do
-  if [ "$speeds" = 1,0.5 ]; then cands="304 320 336 344 352 368"; else cands="240 248 256 264 272"; fi
+  if [ "$speeds" = 1,0.5 ]; then cands="256 288 320 336 352 368 384 400 416 448"; else cands="208 224 240 256 272 288 304 320"; fi
   top=0 top_b=256
   for b in $cands; do
     t=()
@@ -60,17 +67,32 @@ done
 for r in $(seq 1 "$repeats"); do
   for speeds in 1,0.5 1,1; do
     run "$out/$speeds-static-$r.json" "$steps" "$speeds" static
-    run "$out/$speeds-dd-$r.json" "$steps" "$speeds" dd
+    run "$out/$speeds-dd-$r.json" "$steps" "$speeds" dd --metrics "$out/$speeds-dd-$r.csv"
     run "$out/$speeds-fixed-$r.json" "$steps" "$speeds" static --fixed-split "${best[$speeds]}"
   done
   echo "repeat $r of $repeats done"
 done
 
 python3 - "$out" "$repeats" "$steps" "${best[1,0.5]}" "${best[1,1]}" <<'EOF'
-import json, statistics, sys
+import collections, csv, json, statistics, sys
 out, repeats, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 best = {"1,0.5": sys.argv[4], "1,1": sys.argv[5]}
 med = statistics.median
+
+def split(path):  # (f, balance) of one run's per-step metrics
+    steps = collections.defaultdict(list)
+    for row in csv.DictReader(open(path)):
+        steps[int(row["step"])].append(row)
+    wall = comp = ideal = 0.0
+    for rows in steps.values():
+        timed = [(int(x["samples"]), float(x["compute_s"])) for x in rows]
+        timed = [(b, c) for b, c in timed if b > 0 and c > 0]
+        if not timed:
+            continue
+        wall += float(rows[0]["step_wall_s"])
+        comp += max(c for _, c in timed)
+        ideal += sum(b for b, _ in timed) / sum(b / c for b, c in timed)
+    return 1.0 - comp / wall, ideal / comp
 print(f"real compute, 2 ranks, MLP 64,256,256,10, B 512, {steps} steps, medians of {repeats} interleaved repeats")
 print(f"{'speeds':7} {'policy':13} {'samples/s':>10} {'eff':>6} {'plans/100':>9} {'model_err':>9} {'x0/x1':>6}")
 for speeds in ("1,0.5", "1,1"):
@@ -85,7 +107,12 @@ for speeds in ("1,0.5", "1,1"):
               f"{med(late):9.2f} {med(s['model_error_median'] for s in rs):9.3f} {med(xr):6.3f}")
     dd_fixed = med(d["throughput"] / f["throughput"] for d, f in zip(runs["dd"], runs["fixed"]))
     dd_static = med(d["throughput"] / s["throughput"] for d, s in zip(runs["dd"], runs["static"]))
+    parts = [split(f"{out}/{speeds}-dd-{r}.csv") for r in range(1, repeats + 1)]
+    print(f"{speeds:7} dd: non-compute part f {med(p[0] for p in parts):.3f} "
+          f"(cap 1-f {med(1 - p[0] for p in parts):.3f}), balance {med(p[1] for p in parts):.3f} "
+          f"(runs {min(p[1] for p in parts):.3f}-{max(p[1] for p in parts):.3f})")
     print(f"RESULT real-noise speeds={speeds} dd_eff={med(s['efficiency'] for s in runs['dd']):.3f} "
+          f"dd_noncompute={med(p[0] for p in parts):.3f} dd_balance={med(p[1] for p in parts):.3f} "
           f"dd_over_fixed={dd_fixed:.3f} dd_over_static={dd_static:.3f} "
           f"dd_model_err={med(s['model_error_median'] for s in runs['dd']):.3f}")
 EOF
