@@ -5,9 +5,10 @@
 // blocking MPI or NCCL collective that wait spins a core at 100% and never ends if the rank it
 // waits for has stalled (stopped, hung in I/O, swapping). So before the reduction every rank
 // passes a StepGate: it tells rank 0 it has arrived and waits, polling with sleeps, for rank
-// 0's word (sent to each rank directly, so that a stalled rank cannot hold it from others). Rank 0 waits at most the step timeout for the others; if some have not arrived it
-// names them and tells every rank to stop. Once a rank passes the gate, every rank has
-// arrived, and the reduction that follows waits for nobody.
+// 0's word (sent to each rank directly, so that a stalled rank cannot hold it from others).
+// Rank 0 waits at most the step timeout for the others; if some have not arrived it names
+// them and tells every rank to stop. Once a rank passes the gate, every rank has arrived, and
+// the reduction that follows waits for nobody.
 #pragma once
 
 #include <condition_variable>
