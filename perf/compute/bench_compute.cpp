@@ -52,12 +52,13 @@ int main(int argc, char** argv) {
   double seconds = 0.5;
   if (argc > 1) {
     const std::string a = argv[1];
+    const bool help = a == "-h" || a == "--help";
     char* end = nullptr;
     seconds = std::strtod(a.c_str(), &end);
-    if (a == "-h" || a == "--help" || end == a.c_str() || *end != '\0' || !(seconds > 0.0)) {
-      std::fprintf(a == "-h" || a == "--help" ? stdout : stderr,
+    if (help || end == a.c_str() || *end != '\0' || !(seconds > 0.0)) {
+      std::fprintf(help ? stdout : stderr,
                    "usage: antdt-bench-compute [SECONDS]   (seconds per figure, default 0.5)\n");
-      return a == "-h" || a == "--help" ? 0 : 2;
+      return help ? 0 : 2;
     }
   }
   const std::vector<Shape> shapes = {

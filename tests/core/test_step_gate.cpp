@@ -21,41 +21,28 @@ using antdt::detail::StepGate;
 
 namespace {
 
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-
-int world_size() {
-  int p = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &p);
-  return p;
-}
-
 std::string name(int r) { return "rank " + std::to_string(r); }
 
 // Every rank enters each of 150 passes after a random delay (0 to 3 ms, one rank at a time much
 // later); every rank's entry must come before every rank's exit, on the steady clock the
 // processes of one node share.
-void no_rank_leaves_before_all_entered() {
-  const int p = world_size();
-  const auto world = Communicator::duplicate(MPI_COMM_WORLD);
+void no_rank_leaves_before_all_entered(const Communicator& world) {
+  const int p = world.size();
   StepGate gate(world, 5.0, name);
   constexpr int kPasses = 150;
-  std::mt19937 rng(1234u + static_cast<unsigned>(world_rank()));
+  std::mt19937 rng(1234u + static_cast<unsigned>(world.rank()));
   std::vector<double> enter(kPasses), leave(kPasses);
   for (int k = 0; k < kPasses; ++k) {
     int us = static_cast<int>(rng() % 3000);
-    if (k % 10 == 3 && world_rank() == k % p) us = 25000;  // past the gate's 20 ms spin: naps too
+    if (k % 10 == 3 && world.rank() == k % p) us = 25000;  // past the gate's 20 ms spin: naps too
     std::this_thread::sleep_for(std::chrono::microseconds(us));
     enter[static_cast<std::size_t>(k)] = steady_seconds();
     gate.pass(k);
     leave[static_cast<std::size_t>(k)] = steady_seconds();
   }
   std::vector<double> last_enter(kPasses), first_leave(kPasses);
-  MPI_Allreduce(enter.data(), last_enter.data(), kPasses, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  MPI_Allreduce(leave.data(), first_leave.data(), kPasses, MPI_DOUBLE, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(enter.data(), last_enter.data(), kPasses, MPI_DOUBLE, MPI_MAX, world.get());
+  MPI_Allreduce(leave.data(), first_leave.data(), kPasses, MPI_DOUBLE, MPI_MIN, world.get());
   int early = 0;
   for (int k = 0; k < kPasses; ++k)
     if (first_leave[static_cast<std::size_t>(k)] < last_enter[static_cast<std::size_t>(k)]) ++early;
@@ -65,11 +52,10 @@ void no_rank_leaves_before_all_entered() {
 // The last rank enters pass 2 only 1.5 s late, past rank 0's 0.5 s timeout: rank 0 names it,
 // every other rank hears from rank 0 (not first hand) within the timeout, and the late rank,
 // when it comes, is told the step was stopped.
-void a_late_rank_is_named() {
-  const int p = world_size();
-  const auto world = Communicator::duplicate(MPI_COMM_WORLD);
+void a_late_rank_is_named(const Communicator& world) {
+  const int p = world.size();
   StepGate gate(world, 0.5, name);
-  const bool late = world_rank() == p - 1;
+  const bool late = world.rank() == p - 1;
   std::string what;
   bool first_hand = false;
   double waited = 0.0;
@@ -86,7 +72,7 @@ void a_late_rank_is_named() {
     }
   }
   EXPECT_NE(what.find("step 2"), std::string::npos) << "every rank stops at pass 2: " << what;
-  if (world_rank() == 0) {
+  if (world.rank() == 0) {
     EXPECT_TRUE(first_hand);
     EXPECT_NE(what.find("rank " + std::to_string(p - 1)), std::string::npos) << what;
   } else {
@@ -100,11 +86,13 @@ void a_late_rank_is_named() {
 }  // namespace
 
 TEST(StepGate, NoRankLeavesBeforeEveryRankEntered) {
-  if (world_size() < 2) GTEST_SKIP() << "a gate of one rank is no gate";
-  no_rank_leaves_before_all_entered();
+  const auto world = Communicator::duplicate(MPI_COMM_WORLD);
+  if (world.size() < 2) GTEST_SKIP() << "a gate of one rank is no gate";
+  no_rank_leaves_before_all_entered(world);
 }
 
 TEST(StepGate, ALateRankIsNamedAndEveryOtherHearsOfItFromRankZero) {
-  if (world_size() < 3) GTEST_SKIP() << "needs a late rank and a live one besides rank 0";
-  a_late_rank_is_named();
+  const auto world = Communicator::duplicate(MPI_COMM_WORLD);
+  if (world.size() < 3) GTEST_SKIP() << "needs a late rank and a live one besides rank 0";
+  a_late_rank_is_named(world);
 }
