@@ -144,13 +144,17 @@ StallWatchdog::~StallWatchdog() {
 }
 
 void StallWatchdog::arm(std::int64_t step) {
+  bool wake = false;
   {
     std::lock_guard lock(mutex_);
     armed_ = true;
     step_ = step;
     deadline_ = steady_seconds() + seconds_;
+    // A thread already waiting for an earlier deadline needs no wake: at that deadline it finds
+    // this later one and waits again. Waking it every step cost dd 0.8 % at 8 ranks on 2 cores.
+    wake = idle_;
   }
-  wake_.notify_one();
+  if (wake) wake_.notify_one();
 }
 
 void StallWatchdog::disarm() {
@@ -158,17 +162,26 @@ void StallWatchdog::disarm() {
   armed_ = false;
 }
 
+std::uint64_t StallWatchdog::wakeups() const {
+  std::lock_guard lock(mutex_);
+  return wakeups_;
+}
+
 void StallWatchdog::watch() {
   std::unique_lock lock(mutex_);
   for (;;) {
     if (quit_) return;
     if (!armed_) {
+      idle_ = true;
       wake_.wait(lock);
+      idle_ = false;
+      ++wakeups_;
       continue;
     }
     const double left = deadline_ - steady_seconds();
     if (left > 0) {
       wake_.wait_for(lock, std::chrono::duration<double>(left));
+      ++wakeups_;
       continue;
     }
     // Formatted before, written with one write(2): nothing here may take a lock MPI holds.

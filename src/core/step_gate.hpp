@@ -87,15 +87,19 @@ class StallWatchdog {
 
   void arm(std::int64_t step);  // the reduction of `step` begins
   void disarm();                // it ended
+  // How often the watching thread has woken (tests: arming each step must not wake it).
+  [[nodiscard]] std::uint64_t wakeups() const;
 
  private:
   void watch();
 
   double seconds_;
   int rank_;
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::condition_variable wake_;
   bool armed_ = false, quit_ = false;
+  bool idle_ = false;  // the thread waits for an arm() with no deadline
+  std::uint64_t wakeups_ = 0;
   std::int64_t step_ = 0;
   double deadline_ = 0.0;
   std::thread thread_;
