@@ -95,8 +95,10 @@ class SpeedEmulator {
 };
 
 // Blocks the calling thread for `seconds` (<= 0: returns at once) by sleeping until a
-// steady-clock deadline, re-sleeping after early wake-ups; precision is the OS timer slack
-// (tens of microseconds on Linux).
+// steady-clock deadline, re-sleeping after early wake-ups. The first call sets the calling
+// thread's timer slack to 1 ns (Linux lets a sleeper wake up to its slack late, 50 us by
+// default), so it wakes tens of microseconds late instead of about 100
+// (`antdt-bench-session --mode wait`); the thread's later sleeps, and threads it creates, keep it.
 void wait_for(double seconds);
 
 }  // namespace antdt

@@ -11,13 +11,19 @@
 //               mpirun -np 2 antdt-bench-session --mode overhead
 //   transient   equal speeds with transient-only slowdowns: plan changes per 100 steps.
 //               mpirun -np 4 antdt-bench-session --mode transient --transient 0.1,3,1
+//   wait        how late the virtual device's wait (antdt::wait_for) wakes, against a plain
+//               sleep_until on a thread with the kernel's default timer slack: --repeats x 200
+//               waits of --wait-ms each, on one rank; medians and 90th percentiles.
+//               antdt-bench-session --mode wait
 #include <mpi.h>
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "antdt/antdt.hpp"
@@ -39,6 +45,7 @@ struct Options {
   std::string layers = "16,32,4";
   std::int64_t dataset = 1 << 16;
   double step_timeout = SessionOptions{}.step_timeout_seconds;
+  double wait_ms = 9.0;
 };
 
 double median(std::vector<double> v) {
@@ -205,6 +212,32 @@ double run_bare(const Options& o) {
   return static_cast<double>(o.global_batch * (o.steps - o.warmup)) / (MPI_Wtime() - t0);
 }
 
+// Microseconds past the deadline of each of `n` waits of `ms`, on a new thread (a thread
+// inherits its creator's timer slack, and antdt::wait_for sets its own thread's).
+std::vector<double> lateness(int n, double ms, bool through_antdt) {
+  std::vector<double> late;
+  std::thread t([&] {
+    using clock = std::chrono::steady_clock;
+    const auto length = std::chrono::duration_cast<clock::duration>(std::chrono::duration<double, std::milli>(ms));
+    for (int k = 0; k < n; ++k) {
+      const auto start = clock::now();
+      if (through_antdt) {
+        wait_for(std::chrono::duration<double>(length).count());
+      } else {
+        std::this_thread::sleep_until(start + length);
+      }
+      late.push_back(std::chrono::duration<double, std::micro>(clock::now() - (start + length)).count());
+    }
+  });
+  t.join();
+  return late;
+}
+
+double percentile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1))];
+}
+
 std::string join(const std::vector<std::int64_t>& v) {
   std::string s;
   for (auto x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
@@ -219,8 +252,8 @@ int main(int argc, char** argv) {
       "antdt-bench-session: Session-loop benchmarks (efficiency vs sum x_i, overhead vs a bare loop, transient "
       "stability)"};
   Options o;
-  app.add_option("--mode", o.mode, "efficiency, overhead or transient")
-      ->check(CLI::IsMember({"efficiency", "overhead", "transient"}));
+  app.add_option("--mode", o.mode, "efficiency, overhead, transient or wait")
+      ->check(CLI::IsMember({"efficiency", "overhead", "transient", "wait"}));
   app.add_option("--speeds", o.speeds, "Emulated per-rank speeds (efficiency mode; default 1,..,1,0.33)");
   app.add_option("--transient", o.transient,
                  "P,FACTOR,STEPS slowdowns (transient mode: default 0.1,3,1; efficiency mode: none unless given)");
@@ -236,9 +269,29 @@ int main(int argc, char** argv) {
                  "Seconds rank 0 waits at a reduction before it names a stalled rank (0: blocking collectives, "
                  "no step gate)")
       ->capture_default_str();
+  app.add_option("--wait-ms", o.wait_ms, "Length of each wait in wait mode, milliseconds")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   const int rank = env.world_rank(), world = env.world_size();
   log::set_level(log::Level::warn);
+
+  if (o.mode == "wait") {
+    if (rank != 0) return 0;
+    std::printf("# wait: %d x 200 waits of %.3g ms, interleaved; microseconds past the deadline\n", o.repeats,
+                o.wait_ms);
+    std::vector<double> plain, antdt_wait;
+    for (int r = 0; r < o.repeats; ++r) {
+      for (const double v : lateness(200, o.wait_ms, false)) plain.push_back(v);
+      for (const double v : lateness(200, o.wait_ms, true)) antdt_wait.push_back(v);
+    }
+    std::printf(
+        "RESULT wait plain_sleep_median_us=%.1f p90_us=%.1f antdt_wait_for_median_us=%.1f p90_us=%.1f "
+        "(lateness of a %.3g ms wait: %.2f%% / %.2f%%)\n",
+        percentile(plain, 0.5), percentile(plain, 0.9), percentile(antdt_wait, 0.5), percentile(antdt_wait, 0.9),
+        o.wait_ms, 0.1 * percentile(plain, 0.5) / o.wait_ms, 0.1 * percentile(antdt_wait, 0.5) / o.wait_ms);
+    return 0;
+  }
 
   if (o.mode == "overhead") {
     if (rank == 0) {

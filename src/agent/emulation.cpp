@@ -238,9 +238,10 @@ double SpeedEmulator::virtual_throughput(std::int64_t step) const {
 
 void wait_for(double seconds) {
   if (!(seconds > 0.0)) return;
-  // The kernel lets a sleeping thread wake up to its timer slack late (50 us by default, 97 us
-  // median seen on this machine's 9 ms waits); the virtual device must wait b*c/speed, not that
-  // plus a wake-up slop that the ideal does not know. With a slack of 1 ns: 37 us. Per thread.
+  // The kernel lets a sleeping thread wake up to its timer slack late (50 us by default); the
+  // virtual device must wait b*c/speed, not that plus a wake-up slop the ideal does not know.
+  // With 1 ns, 9 ms waits wake 56 us late instead of 104 (median, antdt-bench-session --mode
+  // wait). Once per thread.
   thread_local const bool precise = ::prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL) == 0;
   (void)precise;
   using clock = std::chrono::steady_clock;
