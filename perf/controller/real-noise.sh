@@ -2,12 +2,15 @@
 # dd on real, noisy compute (issue 18): 2 real ranks, one per core, antdt-train without a
 # virtual device, MLP 64,256,256,10, global batch 512, SGD, synthetic 60k x 64 data from
 # antdt-datagen. Speeds 1,0.5 (stretch emulation: a rank's measured compute stretched to
-# compute / speed) and 1,1. Policies static, dd and the best fixed split found offline (a
-# sweep of static --fixed-split runs before the measurement), all interleaved, REPEATS times.
+# compute / speed) and 1,1. Policies static, dd, the best fixed split found offline (a
+# sweep of static --fixed-split runs before the measurement) and nd (pooled steps: the ranks
+# claim chunks of each step until B are claimed), all interleaved, REPEATS times.
 # Prints the medians of: efficiency (ideal / wall, docs/controller.md "Efficiency"), plan
 # changes per 100 steps after step 50, the cost model's median prediction error per step,
-# throughput, dd / best-fixed and dd / static (per repeat, then the median), and the ratio
-# of the two ranks' measured x_i (1 with equal speeds if x_i is honest). From dd's per-step
+# throughput, dd / best-fixed and dd / static (per repeat, then the median), dd / static in
+# efficiency (each run against its own sum x_i, so that the machine's drift between the two
+# runs cancels), and the ratio of the two ranks' measured x_i (1 with equal speeds if x_i is
+# honest). From dd's per-step
 # metrics (--metrics) it splits the efficiency in two exact factors, eff = (1 - f) * balance:
 #   f, the non-compute part of the step: sum_k (wall_k - max_i compute_ik) / sum_k wall_k
 #     (data waits, the reduction, the control exchange, the optimizer update);
@@ -69,6 +72,7 @@ for r in $(seq 1 "$repeats"); do
     run "$out/$speeds-static-$r.json" "$steps" "$speeds" static
     run "$out/$speeds-dd-$r.json" "$steps" "$speeds" dd --metrics "$out/$speeds-dd-$r.csv"
     run "$out/$speeds-fixed-$r.json" "$steps" "$speeds" static --fixed-split "${best[$speeds]}"
+    run "$out/$speeds-nd-$r.json" "$steps" "$speeds" nd
   done
   echo "repeat $r of $repeats done"
 done
@@ -97,7 +101,7 @@ print(f"real compute, 2 ranks, MLP 64,256,256,10, B 512, {steps} steps, medians 
 print(f"{'speeds':7} {'policy':13} {'samples/s':>10} {'eff':>6} {'plans/100':>9} {'model_err':>9} {'x0/x1':>6}")
 for speeds in ("1,0.5", "1,1"):
     runs = {p: [json.load(open(f"{out}/{speeds}-{p}-{r}.json")) for r in range(1, repeats + 1)]
-            for p in ("static", "dd", "fixed")}
+            for p in ("static", "dd", "fixed", "nd")}
     for p, rs in runs.items():
         late = [100.0 * sum(1 for q in s["plans"] if q["version"] > 0 and q["effective_step"] > 50) / max(1, steps - 50)
                 for s in rs]
@@ -107,13 +111,18 @@ for speeds in ("1,0.5", "1,1"):
               f"{med(late):9.2f} {med(s['model_error_median'] for s in rs):9.3f} {med(xr):6.3f}")
     dd_fixed = med(d["throughput"] / f["throughput"] for d, f in zip(runs["dd"], runs["fixed"]))
     dd_static = med(d["throughput"] / s["throughput"] for d, s in zip(runs["dd"], runs["static"]))
+    # The same comparison per unit of each run's own measured speed (its ideal, sum x_i): the
+    # machine's drift between two runs cancels, which it does not in dd_over_static.
+    dd_static_eff = med(d["efficiency"] / s["efficiency"] for d, s in zip(runs["dd"], runs["static"]))
+    dd_nd = med(d["throughput"] / n["throughput"] for d, n in zip(runs["dd"], runs["nd"]))
     parts = [split(f"{out}/{speeds}-dd-{r}.csv") for r in range(1, repeats + 1)]
     print(f"{speeds:7} dd: non-compute part f {med(p[0] for p in parts):.3f} "
           f"(cap 1-f {med(1 - p[0] for p in parts):.3f}), balance {med(p[1] for p in parts):.3f} "
           f"(runs {min(p[1] for p in parts):.3f}-{max(p[1] for p in parts):.3f})")
     print(f"RESULT real-noise speeds={speeds} dd_eff={med(s['efficiency'] for s in runs['dd']):.3f} "
           f"dd_noncompute={med(p[0] for p in parts):.3f} dd_balance={med(p[1] for p in parts):.3f} "
-          f"dd_over_fixed={dd_fixed:.3f} dd_over_static={dd_static:.3f} "
+          f"dd_over_fixed={dd_fixed:.3f} dd_over_static={dd_static:.3f} dd_over_static_eff={dd_static_eff:.3f} "
+          f"dd_over_nd={dd_nd:.3f} "
           f"dd_model_err={med(s['model_error_median'] for s in runs['dd']):.3f}")
 EOF
 echo "runs in $out"
