@@ -7,7 +7,6 @@
 #include <charconv>
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
 #include <sstream>
 #include <thread>
 
@@ -242,8 +241,7 @@ void wait_for(double seconds) {
   // virtual device must wait b*c/speed, not that plus a wake-up slop the ideal does not know.
   // With 1 ns, 9 ms waits wake 56 us late instead of 104 (median, antdt-bench-session --mode
   // wait). Once per thread.
-  thread_local const bool precise = ::prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL) == 0;
-  (void)precise;
+  [[maybe_unused]] thread_local const bool precise = ::prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL) == 0;
   using clock = std::chrono::steady_clock;
   const auto deadline =
       clock::now() + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(seconds));
