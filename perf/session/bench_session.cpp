@@ -269,8 +269,8 @@ int main(int argc, char** argv) {
                  "Seconds rank 0 waits at a reduction before it names a stalled rank (0: blocking collectives, "
                  "no step gate)")
       ->capture_default_str();
-  app.add_option("--wait-ms", o.wait_ms, "Length of each wait in wait mode, milliseconds")
-      ->check(CLI::PositiveNumber)
+  app.add_option("--wait-ms", o.wait_ms, "Length of each wait in wait mode, milliseconds (0.001 to 10000)")
+      ->check(CLI::Range(0.001, 10000.0))
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   const int rank = env.world_rank(), world = env.world_size();
