@@ -228,6 +228,10 @@ int run(int argc, char** argv) {
   app.add_option("--nd-chunks", config.chunks_per_share, "nd: a micro-chunk is about a rank's share / this")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
+  app.add_option("--nd-first-chunk", config.first_chunk,
+                 "nd: a step's first chunk is at least this part of a rank's share (0: the usual chunk), in [0, 0.99]")
+      ->check(CLI::Range(0.0, 0.99))
+      ->capture_default_str();
   app.add_option("--nd-pool", nd_pool, "nd: counter (claims on rank 0) or deadline (a predicted compute deadline)")
       ->check(CLI::IsMember({"counter", "deadline"}))
       ->capture_default_str();

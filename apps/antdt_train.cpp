@@ -188,6 +188,7 @@ SessionOptions session_options(const TrainOptions& o, const data::Dataset& train
   so.controller.restart.max_restarts = o.max_restarts;
   so.controller.restart.cooldown_steps = o.restart_cooldown;
   so.chunks_per_share = o.nd_chunks;
+  so.first_chunk = o.nd_first_chunk;
   so.pool_mechanism = o.nd_pool == "counter"    ? PoolMechanism::counter
                       : o.nd_pool == "deadline" ? PoolMechanism::deadline
                                                 : PoolMechanism::automatic;

@@ -151,6 +151,13 @@ void add_options(CLI::App& app, TrainOptions& o) {
       ->group(pol)
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
+  app.add_option("--nd-first-chunk", o.nd_first_chunk,
+                 "nd: a step's first chunk is at least this part of a rank's share, the rest claimed in --nd-chunks "
+                 "chunks as usual: one large GEMM for the bulk, only the tail balanced within the step (0: off; "
+                 "0 to 0.99)")
+      ->group(pol)
+      ->check(CLI::Range(0.0, 0.99))
+      ->capture_default_str();
   app.add_option("--nd-pool", o.nd_pool,
                  "nd: how ranks learn a step's B samples are done: counter (every chunk claimed from one counter on "
                  "rank 0: exactly B, whoever did them), deadline (rank 0 predicts the compute time of B at the ranks' "

@@ -48,6 +48,7 @@ struct TrainOptions {
   std::string policy = "dd";
   int backup_workers = -1;  // nd only; -1: 1, or 0 on a single rank
   int nd_chunks = 8;
+  double nd_first_chunk = 0.0;
   std::string nd_pool = "auto";
   int max_restarts = 3;
   std::int64_t restart_cooldown = 0;

@@ -60,9 +60,10 @@ struct Plan {
 enum class PoolMechanism : std::uint8_t { automatic, counter, deadline };
 
 struct PoolOptions {
-  bool pooled = false;                                 // steps are pooled (a policy that pools, such as nd)
-  int backup_workers = 0;                              // b: ranks a step may do without (any P - b of them can do B)
-  int chunks_per_share = 8;                            // a rank's chunk is about b_i / this (at most m_i)
+  bool pooled = false;       // steps are pooled (a policy that pools, such as nd)
+  int backup_workers = 0;    // b: ranks a step may do without (any P - b of them can do B)
+  int chunks_per_share = 8;  // a rank's chunk is about b_i / this (at most m_i)
+  double first_chunk = 0.0;  // a rank's first chunk of a step is at least this part of b_i (0: none), in [0, 1)
   PoolMechanism mechanism = PoolMechanism::automatic;  // automatic: counter on one node, else deadline
 };
 

@@ -63,6 +63,7 @@ struct SessionOptions {
   int backup_workers = -1;   // pooled policies (nd): ranks a step may do without (docs/nd.md);
                              // -1: 1, or 0 on a single rank
   int chunks_per_share = 8;  // pooled policies: a micro-chunk is about b_i / this
+  double first_chunk = 0.0;  // pooled policies: a step's first chunk is at least this part of b_i, in [0, 1)
   PoolMechanism pool_mechanism = PoolMechanism::automatic;  // pooled policies: counter or deadline
   EmulationOptions emulation;                               // straggler emulation (tests, benchmarks)
   std::int64_t gradient_bytes = 0;                          // size of the reduced buffer, for the cost model

@@ -24,6 +24,8 @@ Agent::Agent(int rank, int world_size, const dds::LedgerOptions& ledger, const E
   if (pool.pooled) {
     (void)pooled_claim_cap(1, 1, world_size, pool.backup_workers);  // UsageError on a bad count
     if (pool.chunks_per_share < 1) throw UsageError("pooled steps: chunks per share must be at least 1");
+    if (!(pool.first_chunk >= 0.0 && pool.first_chunk < 1.0))
+      throw UsageError("pooled steps: the first chunk must be a part of the share in [0, 1)");
   }
 }
 
@@ -103,7 +105,8 @@ double Agent::usual_rate() const {
 // (b_i / B of it, read from the pool just before: one more atomic), and further by how much
 // slower than usual the rank runs this step: then a rank that is slowed now claims what it can
 // finish by the time the others drain the pool, and the step's last chunks, which everyone
-// waits for, stay short.
+// waits for, stay short. The step's first chunk is at least first_chunk * b_i when that is
+// set: one large GEMM for the bulk of the share, and only the tail in small claimed chunks.
 std::vector<std::int64_t> Agent::next_chunk(StepPool* pool) {
   if (!in_step_ || !pool_.pooled) throw UsageError("Session::next_chunk outside a pooled step (policy nd)");
   if (chunk_ > 0) chunk_done();
@@ -123,14 +126,13 @@ std::vector<std::int64_t> Agent::next_chunk(StepPool* pool) {
   double pace = 1.0;  // this step's throughput over the usual one, at most 1
   if (usual > 0.0 && compute_seconds_ > 0.0)
     pace = std::min(1.0, static_cast<double>(samples_) / compute_seconds_ / usual);
-  if (!pool)
-    return next_chunk_by_deadline(std::min({ceil_div(share, pool_.chunks_per_share), p.micro_batch_cap[r], may}),
-                                  usual);
+  std::int64_t want = std::max<std::int64_t>(1, ceil_div(share, pool_.chunks_per_share));
+  if (samples_ == 0) want = std::max(want, static_cast<std::int64_t>(pool_.first_chunk * static_cast<double>(share)));
+  if (!pool) return next_chunk_by_deadline(std::min({want, p.micro_batch_cap[r], may}), usual);
   // Only worth a look when the rank may be slow, or the pool may be nearly drained.
   if (pace < 1.0 || claimed_seen_ > p.global_batch / 2) claimed_seen_ = pool->claimed();
   const double left = static_cast<double>(std::max<std::int64_t>(1, p.global_batch - claimed_seen_));
   const double mine_of_left = left * static_cast<double>(share) / static_cast<double>(p.global_batch) * pace;
-  std::int64_t want = std::max<std::int64_t>(1, ceil_div(share, pool_.chunks_per_share));
   want = std::min(
       {want, std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(mine_of_left))), p.micro_batch_cap[r], may});
   std::int64_t before = 0;

@@ -55,12 +55,15 @@ PoolOptions pool_options(const SessionOptions& o, int world) {
   const int backups = o.backup_workers < 0 ? std::min(1, world - 1) : o.backup_workers;
   p.backup_workers = p.pooled ? backups : 0;
   p.chunks_per_share = o.chunks_per_share;
+  p.first_chunk = o.first_chunk;
   p.mechanism = o.pool_mechanism;
   if (p.pooled && backups >= world) {
     throw UsageError("Session: " + std::to_string(backups) + " backup workers of " + std::to_string(world) +
                      " ranks; give 0 to " + std::to_string(world - 1) + " (a step needs a rank that is not a backup)");
   }
   if (o.chunks_per_share < 1) throw UsageError("Session: chunks_per_share must be at least 1");
+  if (!(o.first_chunk >= 0.0 && o.first_chunk < 1.0))
+    throw UsageError("Session: first_chunk must be a part of the share in [0, 1)");
   return p;
 }
 

@@ -70,6 +70,7 @@ Job make_job(const SimConfig& c) {
   j.coordinator.pool.backup_workers = j.coordinator.pool.pooled ? backups : 0;
   if (j.coordinator.pool.pooled) (void)pooled_claim_cap(1, 1, n, backups);  // UsageError on a bad count
   j.coordinator.pool.chunks_per_share = c.chunks_per_share;
+  j.coordinator.pool.first_chunk = c.first_chunk;
   j.coordinator.pool.mechanism =
       c.pool_mechanism == PoolMechanism::deadline ? PoolMechanism::deadline : PoolMechanism::counter;
   return j;

@@ -55,9 +55,9 @@ struct SimConfig {
   std::int64_t gradient_bytes = 0;      // bytes of the gradient all-reduce
   double chunk_overhead_seconds = 0.0;  // pooled steps: per micro-chunk (its read), on top of its claims
   int backup_workers = -1;              // pooled policies (nd): ranks a step may do without (-1: 1, or 0 alone)
-  int chunks_per_share = 8;
-  PoolMechanism pool_mechanism = PoolMechanism::counter;  // pooled policies: counter or deadline             // pooled
-                                                          // policies: a micro-chunk is about b_i / this
+  int chunks_per_share = 8;             // pooled policies: a micro-chunk is about b_i / this
+  double first_chunk = 0.0;             // pooled policies: a step's first chunk is at least this part of b_i
+  PoolMechanism pool_mechanism = PoolMechanism::counter;  // pooled policies: counter or deadline
   EmulationOptions emulation;                             // transient_*, jitter and seed; speeds and c come from above
   ControllerOptions controller;                           // policy, global batch, caps, thresholds, cost model
   NetworkModel network;

@@ -34,7 +34,7 @@ struct Job {
   std::unique_ptr<StepCoordinator> coordinator;
 
   Job(std::vector<double> speeds, std::int64_t n, std::int64_t batch, std::int64_t epochs, const std::string& policy,
-      int backup_workers = 0, EmulationOptions extra = {})
+      int backup_workers = 0, EmulationOptions extra = {}, std::int64_t cap = 5, double first_chunk = 0.0)
       : emulation(std::move(extra)), clocks(speeds.size()) {
     const int p = static_cast<int>(speeds.size());
     ledger.dataset_size = n;
@@ -48,12 +48,13 @@ struct Job {
     options.controller.policy = policy;
     options.controller.world_size = p;
     options.controller.global_batch = batch;
-    options.controller.caps.assign(speeds.size(), 5);  // accumulation above 5 samples
+    options.controller.caps.assign(speeds.size(), cap);  // accumulation above `cap` samples (5)
     options.controller.min_interval = 4;
     options.controller.window = 8;
     options.controller.persistence = 2;
     options.pool.pooled = policy_pools(policy);
     options.pool.backup_workers = backup_workers;
+    options.pool.first_chunk = first_chunk;
     emulation.speeds = std::move(speeds);
     emulation.virtual_seconds_per_sample = 1e-3;
     coordinator = std::make_unique<StepCoordinator>(options, ledger, equal_plan(batch, options.controller.caps));
@@ -269,14 +270,17 @@ namespace {
 struct PooledJob : Job {
   agent::CounterPool pool;
   bool by_deadline = false;
+  std::vector<std::vector<std::int64_t>> chunks;  // the last step's chunk sizes, per rank
+  double step_seconds = 0.0;                      // the last step's compute span: the latest rank's end
 
   PooledJob(std::vector<double> speeds, std::int64_t n, std::int64_t batch, std::int64_t epochs, int backup,
-            EmulationOptions extra = {})
-      : Job(std::move(speeds), n, batch, epochs, "nd", backup, std::move(extra)) {}
+            EmulationOptions extra = {}, std::int64_t cap = 5, double first_chunk = 0.0)
+      : Job(std::move(speeds), n, batch, epochs, "nd", backup, std::move(extra), cap, first_chunk) {}
 
   // One pooled step; `done[r]`: what rank r trained.
   StepDecision step_pooled(std::vector<std::vector<std::int64_t>>* done = nullptr) {
     pool.reset();
+    chunks.assign(agents.size(), {});
     if (done) done->assign(agents.size(), {});
     std::vector<bool> finished(agents.size(), false);
     for (std::size_t i = 0; i < agents.size(); ++i) {
@@ -297,8 +301,11 @@ struct PooledJob : Job {
       }
       EXPECT_LE(static_cast<std::int64_t>(chunk.size()), options.controller.caps[i]) << "a chunk fits the cap";
       if (done) (*done)[i].insert((*done)[i].end(), chunk.begin(), chunk.end());
+      chunks[i].push_back(static_cast<std::int64_t>(chunk.size()));
       agents[i].chunk_done(0.0);
     }
+    step_seconds = 0.0;
+    for (auto& c : clocks) step_seconds = std::max(step_seconds, c.now());
     std::vector<StepReport> reports;
     for (auto& a : agents) reports.push_back(a.report(0.0, 0));
     return coordinator->decide(reports);
@@ -328,6 +335,38 @@ TEST(StepProtocol, APooledStepDoesExactlyBSamplesWhoeverDidThem) {
   for (auto n : nominal_did) EXPECT_GE(n, 18);
 }
 
+TEST(StepProtocol, APooledStepWithAFirstChunkBalancesOnlyItsTail) {
+  // --nd-first-chunk 0.75: each rank's first chunk of a step is 3/4 of its share (75 of 100),
+  // one large GEMM on real compute; only the last quarter is claimed in small chunks. Rank 2
+  // is slowed 3x in steps 4 and 5.
+  EmulationOptions slow;
+  slow.schedule = parse_schedule("2:4:0.33,2:6:1");
+  PooledJob front({1, 1, 1, 1}, 100000, 400, 0, 1, slow, 1000, 0.75);
+  PooledJob usual({1, 1, 1, 1}, 100000, 400, 0, 1, slow, 1000, 0.0);
+  for (int s = 0; s < 6; ++s) {
+    const StepDecision d = front.step_pooled();
+    const StepDecision u = usual.step_pooled();
+    ASSERT_EQ(d.reply.status, ReplyStatus::ok) << d.reply.error;
+    EXPECT_EQ(d.reply.samples, 400) << "exactly B samples in step " << s;
+    for (std::size_t r = 0; r < 4; ++r) {
+      ASSERT_FALSE(front.chunks[r].empty());
+      EXPECT_EQ(front.chunks[r][0], 75) << "step " << s << " rank " << r << ": the first chunk is 0.75 of 100";
+      for (std::size_t k = 1; k < front.chunks[r].size(); ++k)
+        EXPECT_LE(front.chunks[r][k], 13) << "the tail in chunks of at most ceil(100 / 8)";
+      EXPECT_LE(usual.chunks[r][0], 13) << "without it, every chunk is the usual size";
+    }
+    if (s == 4) {
+      // The slowed rank's 75 samples take 0.225 s, and nobody can take them from it: the cost
+      // of a first chunk on a transient straggler, which the usual chunks avoid.
+      EXPECT_NEAR(front.step_seconds, 75 * 1e-3 / 0.33, 1e-3);
+      EXPECT_LT(usual.step_seconds, 0.75 * front.step_seconds);
+      EXPECT_EQ(front.chunks[2].size(), 1U) << "the others drained the tail meanwhile";
+    }
+    front.apply(d);
+    usual.apply(u);
+  }
+}
+
 TEST(StepProtocol, PooledStepsKeepEverySampleOncePerEpoch) {
   const std::int64_t n = 331;
   EmulationOptions noisy;
@@ -335,20 +374,22 @@ TEST(StepProtocol, PooledStepsKeepEverySampleOncePerEpoch) {
   noisy.transient_factor = 4;
   noisy.transient_steps = 1;
   noisy.seed = 3;
-  PooledJob job({1, 0.5, 1, 1}, n, 36, 3, 1, noisy);
-  std::vector<std::int64_t> seen(static_cast<std::size_t>(n), 0);
-  while (!job.coordinator->finished()) {
-    std::vector<std::vector<std::int64_t>> done;
-    const StepDecision d = job.step_pooled(&done);
-    ASSERT_EQ(d.reply.status, ReplyStatus::ok) << d.reply.error;
-    for (const auto& r : done)
-      for (auto i : r) ++seen[static_cast<std::size_t>(i)];
-    job.apply(d);
-  }
-  EXPECT_EQ(seen, std::vector<std::int64_t>(static_cast<std::size_t>(n), 3));
-  for (const auto& c : job.coordinator->dds().coverage()) {
-    EXPECT_EQ(c.missing, 0);
-    EXPECT_EQ(c.duplicated, 0);
+  for (const double first_chunk : {0.0, 0.6}) {  // the usual chunks, and a large first one
+    PooledJob job({1, 0.5, 1, 1}, n, 36, 3, 1, noisy, 5, first_chunk);
+    std::vector<std::int64_t> seen(static_cast<std::size_t>(n), 0);
+    while (!job.coordinator->finished()) {
+      std::vector<std::vector<std::int64_t>> done;
+      const StepDecision d = job.step_pooled(&done);
+      ASSERT_EQ(d.reply.status, ReplyStatus::ok) << d.reply.error;
+      for (const auto& r : done)
+        for (auto i : r) ++seen[static_cast<std::size_t>(i)];
+      job.apply(d);
+    }
+    EXPECT_EQ(seen, std::vector<std::int64_t>(static_cast<std::size_t>(n), 3)) << "first chunk " << first_chunk;
+    for (const auto& c : job.coordinator->dds().coverage()) {
+      EXPECT_EQ(c.missing, 0);
+      EXPECT_EQ(c.duplicated, 0);
+    }
   }
 }
 

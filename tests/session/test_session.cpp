@@ -476,6 +476,12 @@ TEST(Session, BadOptionsAreUsageErrors) {
   o.max_steps = 1;
   o.emulation.speeds = std::vector<double>(static_cast<std::size_t>(world_size() + 1), 1.0);
   EXPECT_THROW(Session(MPI_COMM_WORLD, o), UsageError) << "one speed per rank";
+  o.emulation.speeds.clear();
+  o.first_chunk = 1.0;
+  EXPECT_THROW(Session(MPI_COMM_WORLD, o), UsageError) << "a first chunk of the whole share leaves no tail";
+  o.first_chunk = std::nan("");
+  EXPECT_THROW(Session(MPI_COMM_WORLD, o), UsageError);
+  o.first_chunk = 0.0;
   // Past kExactCountMaxRanks ranks the reduced count is exact only up to 2^24 samples per step.
   o.emulation.speeds.clear();
   o.global_batch = (std::int64_t{1} << 24) + 1;
