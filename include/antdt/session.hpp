@@ -89,9 +89,11 @@ class Session {
   Session& operator=(const Session&) = delete;
 
   // Collective, optional, before the first step: times `micro_step(n)` (which must run one
-  // micro-step of n samples and return only when its compute is finished) a few times on
-  // every rank and lets the planner start from the best predicted split instead of equal
-  // batches. Emulated speeds apply. Returns this rank's measured samples/s.
+  // micro-step of n samples and return only when its compute is finished) `repetitions` times,
+  // and more while they add up to less than 20 ms (at most 64: a millisecond micro-step timed 3
+  // times is noise), on every rank, and lets the planner start from the best predicted split
+  // instead of equal batches, where that is predicted to gain more than the min gain. Emulated
+  // speeds apply. Returns this rank's measured samples/s (the median of its repetitions).
   double probe(const std::function<void(std::int64_t)>& micro_step, int repetitions = 3);
 
   // Local. Applies a plan whose effective step has come, and hands out this rank's samples.

@@ -241,7 +241,8 @@ StepSummary Agent::apply(const protocol::StepReply& reply, std::shared_ptr<const
 double Agent::probe(const std::function<void(std::int64_t)>& micro_step, std::int64_t n, int repetitions) {
   micro_step(n);  // warm-up: first-touch allocations, cuBLAS handles
   std::vector<double> times;
-  for (int i = 0; i < repetitions; ++i) {
+  double total = 0.0;
+  for (int i = 0; i < repetitions || (total < kProbeMinSeconds && i < kProbeMaxRepetitions); ++i) {
     const double t0 = clock_->now();
     micro_step(n);
     const double measured = clock_->now() - t0;
@@ -249,6 +250,7 @@ double Agent::probe(const std::function<void(std::int64_t)>& micro_step, std::in
     const double target = emulator_.target_compute_seconds(measured, n, -1);
     if (target > measured) clock_->wait(target - measured);
     times.push_back(std::max(target, measured));
+    total += times.back();
   }
   std::nth_element(times.begin(), times.begin() + static_cast<long>(times.size() / 2), times.end());
   return static_cast<double>(n) / std::max(1e-12, times[times.size() / 2]);

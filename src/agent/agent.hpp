@@ -100,9 +100,12 @@ class Agent {
   // Throws the error rank 0 sent when it rejected the step.
   StepSummary apply(const protocol::StepReply& reply, std::shared_ptr<const Plan> plan = nullptr);
 
-  // Times `micro_step(n)` `repetitions` times after a warm-up, emulation applied (without
-  // transients); returns this rank's samples per second.
+  // Times `micro_step(n)` `repetitions` times after a warm-up, and more while the timed ones
+  // add up to less than kProbeMinSeconds (at most kProbeMaxRepetitions), emulation applied
+  // (without transients); returns this rank's samples per second, from the median time.
   double probe(const std::function<void(std::int64_t)>& micro_step, std::int64_t n, int repetitions);
+  static constexpr double kProbeMinSeconds = 0.02;
+  static constexpr int kProbeMaxRepetitions = 64;
 
   // The samples the next begin() will take, as far as the Agent knows now (Session::next_samples).
   [[nodiscard]] std::vector<std::int64_t> next_samples() const;

@@ -1,6 +1,9 @@
 #include "protocol/step_coordinator.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <iomanip>
+#include <sstream>
 #include <string>
 
 #include "antdt/checkpoint.hpp"
@@ -240,6 +243,19 @@ const Plan& StepCoordinator::install_probe(std::span<const double> x, std::span<
   const ControllerOptions& o = controller_.options();
   Plan p = controller_.rebalances() ? initial_plan(o.global_batch, x, o.caps, priors, 0) : plans_.current();
   p.reason = "planner: initial split from a " + std::to_string(repetitions) + "-step probe";
+  const bool all_probed = std::all_of(x.begin(), x.end(), [](double v) { return std::isfinite(v) && v > 0.0; });
+  if (controller_.rebalances() && all_probed && p.batch != plans_.current().batch) {
+    const CostModel& cost = controller_.cost_model();
+    const double now = cost.predict_step_seconds(plans_.current(), x);
+    const double next = cost.predict_step_seconds(p, x);
+    const double gain = now > 0.0 ? (now - next) / now : 0.0;
+    if (!(gain > o.min_gain)) {
+      ANTDT_LOG(info) << std::setprecision(3) << "probe: x_i measured; its split would shorten the step by "
+                      << 100.0 * gain << "%, not more than the min gain " << 100.0 * o.min_gain
+                      << "%: the split in force is kept";
+      return plans_.current();
+    }
+  }
   p.effective_step = 0;
   const Plan& installed = install_plan(std::move(p));
   std::string shares;

@@ -79,6 +79,10 @@ class StepCoordinator {
   const Plan& install_plan(Plan plan);
   // The plan of a startup probe: every rank's measured throughput x (and GPU-generation
   // priors, 0 = unknown) give the first split of a policy that rebalances; others keep theirs.
+  // The probe's split is held to the bar of any change: it replaces the plan in force only
+  // if, at the probed speeds, it is predicted to shorten the step by more than the min gain
+  // (a few noisy steps of equal ranks otherwise leave them a few percent unequal for good);
+  // otherwise the plan in force stays, and it is what this returns.
   const Plan& install_probe(std::span<const double> x, std::span<const double> priors, int repetitions);
 
   // Where the run stands, for the ranks that resume with it (plans go beside it).

@@ -231,6 +231,9 @@ double Session::probe(const std::function<void(std::int64_t)>& micro_step, int r
   if (repetitions < 1) throw UsageError("Session::probe: repetitions must be at least 1");
   const auto my_cap = s.caps[static_cast<std::size_t>(s.comm.rank())];
   const std::int64_t n = std::max<std::int64_t>(1, std::min(my_cap, ceil_div(s.opt.global_batch, s.comm.size())));
+  // Every rank probes at once, as in a step: a rank timed while the others are still setting
+  // up (reading, allocating) shares the machine differently than it will in the steps.
+  ANTDT_CHECK_MPI(MPI_Barrier(s.comm.get()));
   const double x = s.agent.probe(micro_step, n, repetitions);
   const std::vector<double> all = detail::allgather_value<double>(s.comm, x, MPI_DOUBLE);
   if (s.root()) s.history.assign(1, s.coordinator->install_probe(all, s.priors, repetitions));

@@ -93,6 +93,32 @@ std::vector<std::byte> bytes_of(const StepReply& r) {
 
 }  // namespace
 
+TEST(StepProtocol, AProbeMovesOffTheSplitInForceOnlyForMoreThanTheMinGain) {
+  // Equal ranks measured 3 % apart by a short noisy probe: the split it would make
+  // (260 / 252 of 512) is predicted to gain 1.4 %, under the 5 % min gain, so the equal split
+  // stays; nothing is installed and no plan version is used up.
+  Job equal({1, 1}, 10000, 512, 0, "dd", 0, {}, 1000);
+  const std::int64_t version = equal.coordinator->plans().current().version;
+  const Plan& kept = equal.coordinator->install_probe(std::vector<double>{1030.0, 1000.0}, {}, 3);
+  EXPECT_EQ(kept.batch, (std::vector<std::int64_t>{256, 256}));
+  EXPECT_EQ(kept.version, version);
+  // A rank at half speed: the split gains 25 %, and it is installed.
+  Job slow({1, 1}, 10000, 512, 0, "dd", 0, {}, 1000);
+  const Plan& split = slow.coordinator->install_probe(std::vector<double>{1000.0, 500.0}, {}, 3);
+  EXPECT_EQ(split.batch, (std::vector<std::int64_t>{341, 171}));
+  EXPECT_EQ(slow.coordinator->plans().current().batch, split.batch);
+  EXPECT_NE(split.reason.find("probe"), std::string::npos);
+  // Just above the bar: x = 1000 / 900 puts the equal split's step at 256 / 900 s and the
+  // probed one's at about 512 / 1900 s, a 5.2 % gain: installed.
+  Job near({1, 1}, 10000, 512, 0, "dd", 0, {}, 1000);
+  EXPECT_NE(near.coordinator->install_probe(std::vector<double>{1000.0, 900.0}, {}, 3).batch,
+            (std::vector<std::int64_t>{256, 256}));
+  // Static keeps its split whatever the probe says.
+  Job fixed({1, 1}, 10000, 512, 0, "static", 0, {}, 1000);
+  EXPECT_EQ(fixed.coordinator->install_probe(std::vector<double>{1000.0, 500.0}, {}, 3).batch,
+            (std::vector<std::int64_t>{256, 256}));
+}
+
 TEST(StepProtocol, TheSameReportsGiveTheSameDecisions) {
   Job a({1, 1, 0.33}, 500, 30, 0, "dd"), b({1, 1, 0.33}, 500, 30, 0, "dd");
   std::int64_t plans = 0;
