@@ -242,7 +242,8 @@ const Plan& StepCoordinator::install_plan(Plan plan) {
 const Plan& StepCoordinator::install_probe(std::span<const double> x, std::span<const double> priors, int repetitions) {
   const ControllerOptions& o = controller_.options();
   Plan p = controller_.rebalances() ? initial_plan(o.global_batch, x, o.caps, priors, 0) : plans_.current();
-  p.reason = "planner: initial split from a " + std::to_string(repetitions) + "-step probe";
+  p.reason =
+      "planner: initial split from a startup probe (at least " + std::to_string(repetitions) + " micro-steps per rank)";
   const bool all_probed = std::all_of(x.begin(), x.end(), [](double v) { return std::isfinite(v) && v > 0.0; });
   if (controller_.rebalances() && all_probed && p.batch != plans_.current().batch) {
     const CostModel& cost = controller_.cost_model();
