@@ -67,6 +67,10 @@ struct PoolOptions {
   PoolMechanism mechanism = PoolMechanism::automatic;  // automatic: counter on one node, else deadline
 };
 
+// Why the chunk sizing of `pool` cannot be used (chunks_per_share below 1, first_chunk outside
+// [0, 1)), or "" when it can. The one check of these fields, for the Session and the Agent.
+[[nodiscard]] std::string pool_chunking_problem(const PoolOptions& pool);
+
 // What rank i is provisioned to claim in one pooled step (its grants are sized for it):
 // ceil(b_i * P / (P - b)), at most the global batch, so that any P - b ranks together can do
 // all of B.

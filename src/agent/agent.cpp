@@ -23,9 +23,7 @@ Agent::Agent(int rank, int world_size, const dds::LedgerOptions& ledger, const E
       emulator_(emulation, rank, world_size, node) {
   if (pool.pooled) {
     (void)pooled_claim_cap(1, 1, world_size, pool.backup_workers);  // UsageError on a bad count
-    if (pool.chunks_per_share < 1) throw UsageError("pooled steps: chunks per share must be at least 1");
-    if (!(pool.first_chunk >= 0.0 && pool.first_chunk < 1.0))
-      throw UsageError("pooled steps: the first chunk must be a part of the share in [0, 1)");
+    if (const std::string why = pool_chunking_problem(pool); !why.empty()) throw UsageError("pooled steps: " + why);
   }
 }
 

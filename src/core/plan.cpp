@@ -25,6 +25,13 @@ std::vector<std::int64_t> Plan::micro_batches(int rank, std::int64_t n) const {
   return split_micro_batches(n, micro_batch_cap.at(static_cast<std::size_t>(rank)));
 }
 
+std::string pool_chunking_problem(const PoolOptions& pool) {
+  if (pool.chunks_per_share < 1) return "chunks per share must be at least 1";
+  if (!(pool.first_chunk >= 0.0 && pool.first_chunk < 1.0))
+    return "the first chunk must be a part of the share in [0, 1)";
+  return {};
+}
+
 std::int64_t pooled_claim_cap(std::int64_t share, std::int64_t global_batch, int world, int backup_workers) {
   if (world < 1 || backup_workers < 0 || backup_workers >= world) {
     throw UsageError("backup workers: " + std::to_string(backup_workers) + " of " + std::to_string(world) +

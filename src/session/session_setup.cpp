@@ -61,9 +61,7 @@ PoolOptions pool_options(const SessionOptions& o, int world) {
     throw UsageError("Session: " + std::to_string(backups) + " backup workers of " + std::to_string(world) +
                      " ranks; give 0 to " + std::to_string(world - 1) + " (a step needs a rank that is not a backup)");
   }
-  if (o.chunks_per_share < 1) throw UsageError("Session: chunks_per_share must be at least 1");
-  if (!(o.first_chunk >= 0.0 && o.first_chunk < 1.0))
-    throw UsageError("Session: first_chunk must be a part of the share in [0, 1)");
+  if (const std::string why = pool_chunking_problem(p); !why.empty()) throw UsageError("Session: " + why);
   return p;
 }
 
