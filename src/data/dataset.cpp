@@ -1,40 +1,19 @@
 // In-memory data sets and the synthetic generator.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <numeric>
 #include <string>
 
 #include "antdt/data.hpp"
 #include "antdt/error.hpp"
+#include "data/random_stream.hpp"
 
 namespace antdt::data {
 
-namespace {
-
-// splitmix64: a fully specified generator, so a synthetic data set is the same everywhere.
-constexpr std::uint64_t mix(std::uint64_t x) noexcept {
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30U)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27U)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31U);
-}
-
-class Stream {
- public:
-  explicit Stream(std::uint64_t key) noexcept : state_(key) {}
-  std::uint64_t next() noexcept { return mix(state_++ * 0xD1B54A32D192ED03ULL + 0x8CB92BA72F3D8DD7ULL); }
-  double uniform() noexcept { return static_cast<double>(next() >> 11U) * 0x1.0p-53; }  // [0, 1)
-  // Box-Muller; one draw per call keeps the stream position a simple function of the count.
-  double normal() noexcept {
-    const double u1 = 1.0 - uniform();  // (0, 1]
-    const double u2 = uniform();
-    return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
-  }
-
- private:
-  std::uint64_t state_;
-};
-
-}  // namespace
+using synth::mix;
+using synth::Stream;
 
 InMemoryDataset::InMemoryDataset(std::vector<float> features, std::vector<std::int32_t> labels, std::int64_t dim,
                                  std::int32_t num_classes)
@@ -66,11 +45,44 @@ void InMemoryDataset::read(std::span<const std::int64_t> indices, float* feature
   }
 }
 
+void InMemoryDataset::set_sample_shape(std::vector<std::int64_t> shape) {
+  std::int64_t product = 1;
+  std::string text;
+  for (const std::int64_t extent : shape) {
+    text += (text.empty() ? "" : ", ") + std::to_string(extent);
+    if (extent < 1) throw UsageError("data: sample shape [" + text + "...] has an extent < 1");
+    product = product > dim_ / extent ? dim_ + 1 : product * extent;  // saturates above dim_
+  }
+  if (!shape.empty() && product != dim_) {
+    throw UsageError("data: sample shape [" + text + "] does not have dim = " + std::to_string(dim_) + " values");
+  }
+  sample_shape_ = std::move(shape);
+}
+
+InMemoryDataset sorted_by_class(const InMemoryDataset& data) {
+  const auto& labels = data.labels();
+  std::vector<std::size_t> order(labels.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return labels[a] < labels[b]; });
+  const auto row = static_cast<std::size_t>(data.dim());
+  std::vector<float> features(data.features().size());
+  std::vector<std::int32_t> sorted(labels.size());
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    std::memcpy(features.data() + i * row, data.features().data() + order[i] * row, row * sizeof(float));
+    sorted[i] = labels[order[i]];
+  }
+  InMemoryDataset out(std::move(features), std::move(sorted), data.dim(), data.num_classes());
+  out.set_sample_shape(data.sample_shape());
+  return out;
+}
+
 InMemoryDataset make_synthetic(const SyntheticSpec& spec) {
-  if (spec.samples < 1 || spec.dim < 1 || spec.classes < 1 || !(spec.noise >= 0.0f)) {
-    throw UsageError("data: synthetic spec needs samples >= 1, dim >= 1, classes >= 1 and noise >= 0 (got " +
-                     std::to_string(spec.samples) + ", " + std::to_string(spec.dim) + ", " +
-                     std::to_string(spec.classes) + ", " + std::to_string(spec.noise) + ")");
+  if (spec.samples < 1 || spec.dim < 1 || spec.classes < 1 || !(spec.noise >= 0.0f) || spec.first < 0 ||
+      spec.first > std::numeric_limits<std::int64_t>::max() - spec.samples) {
+    throw UsageError(
+        "data: synthetic spec needs samples >= 1, dim >= 1, classes >= 1, noise >= 0 and first >= 0 (got " +
+        std::to_string(spec.samples) + ", " + std::to_string(spec.dim) + ", " + std::to_string(spec.classes) + ", " +
+        std::to_string(spec.noise) + ", " + std::to_string(spec.first) + ")");
   }
   const auto dim = static_cast<std::size_t>(spec.dim);
   std::vector<float> centres(static_cast<std::size_t>(spec.classes) * dim);
@@ -80,7 +92,7 @@ InMemoryDataset make_synthetic(const SyntheticSpec& spec) {
   std::vector<float> features(static_cast<std::size_t>(spec.samples) * dim);
   std::vector<std::int32_t> labels(static_cast<std::size_t>(spec.samples));
   for (std::int64_t i = 0; i < spec.samples; ++i) {
-    Stream s(mix(spec.seed) ^ mix(static_cast<std::uint64_t>(i)));
+    Stream s(mix(spec.seed) ^ mix(static_cast<std::uint64_t>(spec.first + i)));
     const auto label = static_cast<std::int32_t>(s.next() % static_cast<std::uint64_t>(spec.classes));
     labels[static_cast<std::size_t>(i)] = label;
     const float* centre = centres.data() + static_cast<std::size_t>(label) * dim;

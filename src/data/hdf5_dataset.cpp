@@ -8,7 +8,12 @@
 // kMaxGapRows rows, each range is read once into a staging buffer, and rows are copied out
 // in request order. Labels are small (4 bytes a sample): they are read and validated once at
 // open and served from memory.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -30,30 +35,144 @@ using detail::H5Handle;
 constexpr std::int64_t kMaxGapRows = 32;     // read through gaps up to this many rows
 constexpr std::int64_t kMinMeanRunRows = 4;  // below this mean run length, gather instead
 
-std::string describe_type(hid_t type) {
-  const H5T_class_t cls = H5Tget_class(type);
-  const std::size_t bits = H5Tget_size(type) * 8;
+// A data set's type in words, for messages: "float64", "uint8", "int64 (big-endian)",
+// "a variable-length string", "a compound of 2 members (a: float32, b: int32)". A type whose
+// stored description cannot be real (an integer of 0 bytes or of more bits than bytes hold, a
+// size past any numeric type) is "a damaged <class> type (...)", never "int0".
+std::string describe_type(hid_t type, int depth = 0) {
+  const H5T_class_t cls = type < 0 ? H5T_NO_CLASS : H5Tget_class(type);
+  const std::size_t bytes = type < 0 ? 0 : H5Tget_size(type);
+  const std::string size_text = std::to_string(bytes) + (bytes == 1 ? " byte" : " bytes");
+  auto order_note = [&] { return H5Tget_order(type) == H5T_ORDER_BE ? std::string(" (big-endian)") : std::string(); };
   switch (cls) {
     case H5T_INTEGER:
-      return std::string(H5Tget_sign(type) == H5T_SGN_NONE ? "uint" : "int") + std::to_string(bits);
-    case H5T_FLOAT:
-      return "float" + std::to_string(bits);
-    case H5T_STRING:
-      return "string";
-    case H5T_COMPOUND:
-      return "compound";
-    case H5T_ARRAY:
-      return "array";
-    case H5T_ENUM:
-      return "enum";
+    case H5T_FLOAT: {
+      const bool integer = cls == H5T_INTEGER;
+      const std::string kind = integer ? "integer" : "floating-point";
+      const std::size_t precision = H5Tget_precision(type);
+      if (bytes == 0 || bytes > 16 || precision == 0 || precision > bytes * 8) {
+        return "a damaged " + kind + " type (" + size_text + " for " + std::to_string(precision) +
+               " bits of precision)";
+      }
+      const bool plain = (bytes == 1 || bytes == 2 || bytes == 4 || bytes == 8) && precision == bytes * 8 &&
+                         H5Tget_offset(type) == 0 && (integer || bytes >= 2);
+      if (!plain) return "a " + std::to_string(precision) + "-bit " + kind + " type in " + size_text + order_note();
+      if (integer) {
+        return std::string(H5Tget_sign(type) == H5T_SGN_NONE ? "uint" : "int") + std::to_string(bytes * 8) +
+               order_note();
+      }
+      return "float" + std::to_string(bytes * 8) + order_note();
+    }
+    case H5T_STRING: {
+      const htri_t variable = H5Tis_variable_str(type);
+      return variable > 0 ? "a variable-length string type" : "a fixed-length string type of " + size_text;
+    }
+    case H5T_COMPOUND: {
+      const int members = H5Tget_nmembers(type);
+      std::string out = "a compound type of " + std::to_string(members) + (members == 1 ? " member" : " members");
+      if (depth > 0 || members < 1) return out;
+      out += " (";
+      for (int m = 0; m < std::min(members, 4); ++m) {
+        char* name = H5Tget_member_name(type, static_cast<unsigned>(m));
+        H5Handle member = detail::h5_type(H5Tget_member_type(type, static_cast<unsigned>(m)));
+        out += (m > 0 ? ", " : "") + std::string(name != nullptr ? name : "?") + ": " +
+               describe_type(member.get(), depth + 1);
+        if (name != nullptr) H5free_memory(name);
+      }
+      return out + (members > 4 ? ", ...)" : ")");
+    }
+    case H5T_ARRAY: {
+      const int rank = H5Tget_array_ndims(type);
+      H5Handle base = detail::h5_type(H5Tget_super(type));
+      std::string dims;
+      if (rank > 0 && rank <= 32) {
+        std::vector<hsize_t> extent(static_cast<std::size_t>(rank));
+        H5Tget_array_dims2(type, extent.data());
+        for (const hsize_t e : extent) dims += (dims.empty() ? "" : " x ") + std::to_string(e);
+      }
+      return "an array type (" + dims + " of " + describe_type(base.get(), depth + 1) + " in each element)";
+    }
+    case H5T_ENUM: {
+      H5Handle base = detail::h5_type(H5Tget_super(type));
+      return "an enum type over " + describe_type(base.get(), depth + 1) + " (h5py stores bool as one)";
+    }
+    case H5T_VLEN: {
+      H5Handle base = detail::h5_type(H5Tget_super(type));
+      return "a variable-length sequence type of " + describe_type(base.get(), depth + 1);
+    }
+    case H5T_BITFIELD:
+      return "a bitfield type of " + size_text;
+    case H5T_OPAQUE:
+      return "an opaque type of " + size_text;
+    case H5T_REFERENCE:
+      return "a reference type";
+    case H5T_TIME:
+      return "a time type";
     default:
-      return "a non-numeric type";
+      return "a type HDF5 cannot read (the file may be damaged)";
   }
+}
+
+// "2-D float64", "1-D of a variable-length string type".
+std::string shape_and_type(int rank, hid_t type) {
+  const std::string what = describe_type(type);
+  const bool phrase = what.rfind("a ", 0) == 0 || what.rfind("an ", 0) == 0;
+  return std::to_string(rank) + "-D" + (phrase ? " of " : " ") + what;
 }
 
 bool is_float32(hid_t type) { return H5Tget_class(type) == H5T_FLOAT && H5Tget_size(type) == 4; }
 bool is_int32(hid_t type) {
   return H5Tget_class(type) == H5T_INTEGER && H5Tget_size(type) == 4 && H5Tget_sign(type) == H5T_SGN_2;
+}
+
+constexpr const char* kSampleShape = "sample_shape";
+
+// An HDF5 file opened for writing: closed once, and the close is checked by the writer.
+struct OwnedFile {
+  hid_t id = H5I_INVALID_HID;
+  OwnedFile() = default;
+  OwnedFile(const OwnedFile&) = delete;
+  OwnedFile& operator=(const OwnedFile&) = delete;
+  ~OwnedFile() { (void)close(); }
+  [[nodiscard]] bool open() const noexcept { return id >= 0; }
+  bool close() noexcept {
+    if (id < 0) return true;
+    const herr_t rc = H5Fclose(std::exchange(id, H5I_INVALID_HID));
+    return rc >= 0;
+  }
+};
+constexpr int kMaxShapeRank = 8;
+
+// The features' "sample_shape" attribute (empty without one): a 1-D list of 1 to 8 integers,
+// each >= 1, whose product is dim. `fail(what)` makes the error.
+template <class Fail>
+std::vector<std::int64_t> read_sample_shape(hid_t features, std::int64_t dim, const Fail& fail) {
+  if (H5Aexists(features, kSampleShape) <= 0) return {};
+  H5Handle attr = detail::h5_attribute(H5Aopen(features, kSampleShape, H5P_DEFAULT));
+  H5Handle space = detail::h5_dataspace(attr.valid() ? H5Aget_space(attr.get()) : H5I_INVALID_HID);
+  H5Handle type = detail::h5_type(attr.valid() ? H5Aget_type(attr.get()) : H5I_INVALID_HID);
+  if (!attr.valid() || !space.valid() || !type.valid()) throw fail("cannot be read");
+  const int rank = H5Sget_simple_extent_ndims(space.get());
+  const hssize_t count = H5Sget_simple_extent_npoints(space.get());
+  if (H5Tget_class(type.get()) != H5T_INTEGER || rank != 1 || count < 1 || count > kMaxShapeRank) {
+    throw fail("must be a 1-D list of 1 to " + std::to_string(kMaxShapeRank) +
+               " integers ([C, H, W] for images) but is " + shape_and_type(rank, type.get()) + " with " +
+               std::to_string(count) + " values");
+  }
+  std::vector<std::int64_t> shape(static_cast<std::size_t>(count));
+  if (H5Aread(attr.get(), H5T_NATIVE_INT64, shape.data()) < 0) throw fail("cannot be read as int64");
+  std::string text;
+  for (const std::int64_t e : shape) text += (text.empty() ? "" : ", ") + std::to_string(e);
+  std::int64_t product = 1;
+  for (const std::int64_t e : shape) {
+    if (e < 1) throw fail("is [" + text + "]; every extent must be >= 1");
+    product = product > dim / e ? dim + 1 : product * e;  // saturates above dim
+  }
+  if (product != dim) {
+    throw fail("is [" + text + "], which is not " + std::to_string(dim) +
+               " features per sample (D); the product must be D");
+  }
+  return shape;
 }
 
 }  // namespace
@@ -112,12 +231,11 @@ Hdf5Dataset::Hdf5Dataset(const std::string& path, Hdf5Names names, ReadMode mode
   H5Handle feature_type = detail::h5_type(H5Dget_type(h_->features.get()));
   H5Handle label_type = detail::h5_type(H5Dget_type(labels.get()));
   if (feature_rank != 2 || !is_float32(feature_type.get())) {
-    throw fail(names_.features, "must be 2-D float32 (N x D) but is " + std::to_string(feature_rank) + "-D " +
-                                    describe_type(feature_type.get()));
+    throw fail(names_.features,
+               "must be 2-D float32 (N x D) but is " + shape_and_type(feature_rank, feature_type.get()));
   }
   if (label_rank != 1 || !is_int32(label_type.get())) {
-    throw fail(names_.labels,
-               "must be 1-D int32 (N) but is " + std::to_string(label_rank) + "-D " + describe_type(label_type.get()));
+    throw fail(names_.labels, "must be 1-D int32 (N) but is " + shape_and_type(label_rank, label_type.get()));
   }
   hsize_t feature_dims[2] = {0, 0};
   hsize_t label_dims[1] = {0};
@@ -152,6 +270,9 @@ Hdf5Dataset::Hdf5Dataset(const std::string& path, Hdf5Names names, ReadMode mode
   }
   size_ = static_cast<std::int64_t>(feature_dims[0]);
   dim_ = static_cast<std::int64_t>(feature_dims[1]);
+  sample_shape_ = read_sample_shape(h_->features.get(), dim_, [&](const std::string& what) {
+    return fail(names_.features, "attribute 'sample_shape' " + what);
+  });
 
   try {
     labels_.resize(static_cast<std::size_t>(size_));
@@ -253,42 +374,86 @@ void Hdf5Dataset::read(std::span<const std::int64_t> indices, float* features, s
 }
 
 void write_hdf5(const std::string& path, const InMemoryDataset& data, Hdf5Names names) {
+  namespace fs = std::filesystem;
   detail::H5QuietErrors quiet;
-  const std::string tmp = path + ".tmp";
-  auto fail = [&](const std::string& what) { return FileError("data file '" + path + "': cannot write: " + what); };
+  auto fail = [&](const std::string& what) {
+    return WriteError("data file '" + path + "': cannot write: " + what + "; nothing was written there");
+  };
+  // A symbolic link's target is the file replaced, so the link stays a link.
+  std::error_code ec;
+  fs::path target = fs::weakly_canonical(fs::absolute(path, ec), ec);
+  if (ec) target = fs::absolute(path).lexically_normal();
+  const fs::path dir = target.parent_path();
+
+  // A temporary beside the target, created exclusively: it never replaces a file of the user's.
+  static std::atomic<std::uint64_t> counter{0};
+  std::string tmp;
+  OwnedFile file;
+  for (int attempt = 0; attempt < 100 && !file.open(); ++attempt) {
+    tmp = (dir / ("." + target.filename().string() + "." + std::to_string(::getpid()) + "-" +
+                  std::to_string(counter++) + ".tmp"))
+              .string();
+    file.id = H5Fcreate(tmp.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT);
+    if (!file.open() && !fs::exists(tmp, ec)) break;  // not a name clash: give up
+  }
+  if (!file.open()) {
+    throw fail("cannot create a temporary file in '" + dir.string() + "': " + detail::h5_error_message());
+  }
   auto write = [&] {
-    H5Handle file = detail::h5_file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
-    if (!file.valid()) throw fail("cannot create '" + tmp + "' (is the directory writable?)");
     const hsize_t feature_dims[2] = {static_cast<hsize_t>(data.size()), static_cast<hsize_t>(data.dim())};
     const hsize_t label_dims[1] = {static_cast<hsize_t>(data.size())};
     H5Handle feature_space = detail::h5_dataspace(H5Screate_simple(2, feature_dims, nullptr));
     H5Handle label_space = detail::h5_dataspace(H5Screate_simple(1, label_dims, nullptr));
-    H5Handle features = detail::h5_dataset(H5Dcreate2(file.get(), names.features.c_str(), H5T_IEEE_F32LE,
+    H5Handle features = detail::h5_dataset(H5Dcreate2(file.id, names.features.c_str(), H5T_IEEE_F32LE,
                                                       feature_space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
-    H5Handle labels = detail::h5_dataset(H5Dcreate2(file.get(), names.labels.c_str(), H5T_STD_I32LE, label_space.get(),
+    H5Handle labels = detail::h5_dataset(H5Dcreate2(file.id, names.labels.c_str(), H5T_STD_I32LE, label_space.get(),
                                                     H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
-    if (!features.valid() || !labels.valid()) throw fail("cannot create the data sets");
+    if (!features.valid() || !labels.valid()) throw fail("cannot create the data sets: " + detail::h5_error_message());
     if (H5Dwrite(features.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.features().data()) < 0 ||
         H5Dwrite(labels.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.labels().data()) < 0) {
-      throw fail("writing the data sets failed (disk full?)");
+      throw fail("writing the data sets failed: " + detail::h5_error_message());
     }
     H5Handle scalar = detail::h5_dataspace(H5Screate(H5S_SCALAR));
     H5Handle attr = detail::h5_attribute(
         H5Acreate2(labels.get(), "num_classes", H5T_STD_I32LE, scalar.get(), H5P_DEFAULT, H5P_DEFAULT));
     const std::int32_t classes = data.num_classes();
     if (!attr.valid() || H5Awrite(attr.get(), H5T_NATIVE_INT32, &classes) < 0) throw fail("cannot write num_classes");
-    // Closing (destructors, reverse order) flushes; H5Fflush makes a failure visible here.
-    if (H5Fflush(file.get(), H5F_SCOPE_GLOBAL) < 0) throw fail("flush failed (disk full?)");
+    const std::vector<std::int64_t> shape = data.sample_shape();
+    if (!shape.empty()) {
+      const hsize_t extent[1] = {shape.size()};
+      H5Handle shape_space = detail::h5_dataspace(H5Screate_simple(1, extent, nullptr));
+      H5Handle shape_attr = detail::h5_attribute(
+          H5Acreate2(features.get(), kSampleShape, H5T_STD_I64LE, shape_space.get(), H5P_DEFAULT, H5P_DEFAULT));
+      if (!shape_attr.valid() || H5Awrite(shape_attr.get(), H5T_NATIVE_INT64, shape.data()) < 0) {
+        throw fail("cannot write sample_shape");
+      }
+    }
   };
-  std::error_code ec;
   try {
     write();
+    if (H5Fflush(file.id, H5F_SCOPE_GLOBAL) < 0) throw fail("flush failed: " + detail::h5_error_message());
+    if (!file.close()) throw fail("closing the file failed: " + detail::h5_error_message());
+    // The bytes are on disk before the name points at them.
+    const int fd = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || ::fsync(fd) != 0) {
+      const int err = errno;
+      if (fd >= 0) ::close(fd);
+      throw fail(std::string("fsync failed: ") + std::strerror(err));
+    }
+    ::close(fd);
+    fs::rename(tmp, target, ec);
+    if (ec) throw fail("cannot rename the temporary file into place: " + ec.message());
   } catch (...) {
-    std::filesystem::remove(tmp, ec);  // never leave a half-written temporary behind
+    file.close();
+    fs::remove(tmp, ec);  // never leave a half-written temporary behind
     throw;
   }
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) throw fail("cannot rename '" + tmp + "' into place: " + ec.message());
+  // The rename is durable once the directory is synced; a failure here leaves a whole file.
+  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd >= 0) {
+    (void)::fsync(dir_fd);
+    ::close(dir_fd);
+  }
 }
 
 }  // namespace antdt::data

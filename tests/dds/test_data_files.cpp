@@ -3,14 +3,12 @@
 // file left unchanged).
 #include <gtest/gtest.h>
 #include <hdf5.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <iterator>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -19,33 +17,15 @@
 
 #include "antdt/data.hpp"
 #include "antdt/error.hpp"
+#include "data_test_files.hpp"
 
 using namespace antdt::data;
 namespace fs = std::filesystem;
 
 namespace {
 
-class TempDir {
- public:
-  TempDir() : path_(fs::temp_directory_path() / ("antdt-data-test-" + std::to_string(::getpid()))) {
-    fs::create_directories(path_);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  [[nodiscard]] std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
+using antdt::test::slurp;
+using antdt::test::TempDir;
 
 // Writes an HDF5 file with the raw C API, for layouts write_hdf5 refuses to produce.
 void make_file(const std::string& path, const std::function<void(hid_t)>& fill) {
@@ -120,31 +100,9 @@ TEST(Synthetic, DeterministicPerSeedAndLearnable) {
   other.seed = 8;
   EXPECT_NE(make_synthetic(other).features(), a.features());
   // Every class occurs, and a nearest-centroid classifier fitted on the data separates them.
-  std::vector<double> centroid(4 * 16, 0.0);
-  std::vector<int> count(4, 0);
-  for (std::size_t i = 0; i < 2000; ++i) {
-    const auto c = static_cast<std::size_t>(a.labels()[i]);
-    ++count[c];
-    for (std::size_t d = 0; d < 16; ++d) centroid[c * 16 + d] += a.features()[i * 16 + d];
-  }
-  for (std::size_t c = 0; c < 4; ++c) {
-    ASSERT_GT(count[c], 300);
-    for (std::size_t d = 0; d < 16; ++d) centroid[c * 16 + d] /= count[c];
-  }
-  int correct = 0;
-  for (std::size_t i = 0; i < 2000; ++i) {
-    std::size_t best = 0;
-    double best_dist = 1e300;
-    for (std::size_t c = 0; c < 4; ++c) {
-      double dist = 0;
-      for (std::size_t d = 0; d < 16; ++d) dist += std::pow(a.features()[i * 16 + d] - centroid[c * 16 + d], 2);
-      if (dist < best_dist) {
-        best_dist = dist;
-        best = c;
-      }
-    }
-    correct += static_cast<int>(best) == a.labels()[i] ? 1 : 0;
-  }
+  std::vector<std::int64_t> count;
+  const auto correct = antdt::test::nearest_mean_correct(a, a, &count);
+  for (const auto n : count) EXPECT_GT(n, 300);
   EXPECT_GT(correct, 1900) << "the synthetic task must be learnable";
   EXPECT_THROW((void)make_synthetic({0, 4, 2, 1}), antdt::UsageError);
   EXPECT_THROW((void)make_synthetic({10, 4, 2, 1, -1.0f}), antdt::UsageError);
@@ -301,13 +259,174 @@ TEST(Hdf5, BadFilesGiveOneLineFileErrorsAndStayUnchanged) {
   expect_file_error(negative, {"data set 'labels'", "label -3 of sample 1"});
 }
 
-TEST(Hdf5, WriteFailureIsAFileErrorAndLeavesNothingBehind) {
+// The message for a data set of the wrong type names that type in words a reader knows.
+// Before, a damaged integer type read "int0" or "int4294967328", and other classes "string",
+// "compound", "a non-numeric type".
+TEST(Hdf5, WrongTypesAreNamedInRealWords) {
+  TempDir dir;
+  // Labels of the given file and memory type (4 samples), features good.
+  auto labels_of = [&](const std::string& name, hid_t file_type, hid_t mem_type, std::size_t value_bytes) {
+    const auto path = dir.file(name + ".h5");
+    make_file(path, [&](hid_t f) {
+      add_set(f, "features", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {4, 2}, std::vector<float>(8, 0.0f));
+      const hsize_t n = 4;
+      const hid_t space = H5Screate_simple(1, &n, nullptr);
+      const hid_t set = H5Dcreate2(f, "labels", file_type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+      ASSERT_GE(set, 0) << name;
+      if (mem_type >= 0) {
+        std::vector<unsigned char> zeros(4 * value_bytes, 0);
+        ASSERT_GE(H5Dwrite(set, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, zeros.data()), 0) << name;
+      }
+      H5Dclose(set);
+      H5Sclose(space);
+    });
+    return path;
+  };
+  expect_file_error(labels_of("u8", H5T_STD_U8LE, H5T_NATIVE_UINT8, 1), {"must be 1-D int32 (N) but is 1-D uint8"});
+  expect_file_error(labels_of("i16be", H5T_STD_I16BE, H5T_NATIVE_INT16, 2), {"1-D int16 (big-endian)"});
+  expect_file_error(labels_of("f64", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, 8), {"1-D float64"});
+
+  const hid_t fixed = H5Tcopy(H5T_C_S1);
+  H5Tset_size(fixed, 6);
+  expect_file_error(labels_of("fixed", fixed, -1, 0), {"1-D of a fixed-length string type of 6 bytes"});
+  const hid_t variable = H5Tcopy(H5T_C_S1);
+  H5Tset_size(variable, H5T_VARIABLE);
+  expect_file_error(labels_of("variable", variable, -1, 0), {"1-D of a variable-length string type"});
+  const hid_t pair = H5Tcreate(H5T_COMPOUND, 8);
+  H5Tinsert(pair, "r", 0, H5T_IEEE_F32LE);
+  H5Tinsert(pair, "i", 4, H5T_IEEE_F32LE);
+  expect_file_error(labels_of("compound", pair, -1, 0),
+                    {"1-D of a compound type of 2 members (r: float32, i: float32)"});
+  const hid_t flag = H5Tenum_create(H5T_STD_I8LE);
+  signed char no = 0, yes = 1;
+  H5Tenum_insert(flag, "FALSE", &no);
+  H5Tenum_insert(flag, "TRUE", &yes);
+  expect_file_error(labels_of("enum", flag, -1, 0), {"1-D of an enum type over int8"});
+  const hsize_t two = 2;
+  const hid_t array = H5Tarray_create2(H5T_STD_I32LE, 1, &two);
+  expect_file_error(labels_of("array", array, -1, 0), {"1-D of an array type (2 of int32 in each element)"});
+  const hid_t opaque = H5Tcreate(H5T_OPAQUE, 3);
+  expect_file_error(labels_of("opaque", opaque, -1, 0), {"1-D of an opaque type of 3 bytes"});
+  const hid_t odd = H5Tcopy(H5T_STD_I32LE);
+  H5Tset_size(odd, 3);
+  H5Tset_precision(odd, 24);
+  expect_file_error(labels_of("int24", odd, -1, 0), {"1-D of a 24-bit integer type in 3 bytes"});
+  for (const hid_t t : {fixed, variable, pair, flag, array, opaque, odd}) H5Tclose(t);
+
+  // A damaged type: the 4-byte size of the labels' int32 type message rewritten to 0 and to
+  // 0x20000004 (an "integer" of 536870916 bytes).
+  for (const std::uint32_t size : {0U, 0x20000004U}) {
+    const auto path = dir.file("damaged-" + std::to_string(size) + ".h5");
+    make_file(path, [](hid_t f) { good_sets(f); });  // no num_classes: one int32 type message
+    std::string bytes = slurp(path);
+    const std::string int32_message("\x10\x08\x00\x00\x04\x00\x00\x00\x00\x00\x20\x00", 12);
+    const auto at = bytes.find(int32_message);
+    ASSERT_NE(at, std::string::npos);
+    ASSERT_EQ(bytes.find(int32_message, at + 1), std::string::npos) << "one int32 type message";
+    for (int k = 0; k < 4; ++k)
+      bytes[at + 4 + static_cast<std::size_t>(k)] = static_cast<char>((size >> (8 * k)) & 0xFF);
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+    expect_file_error(path, {"data set 'labels'", "1-D of a damaged integer type (" + std::to_string(size) +
+                                                      " bytes for 32 bits of precision)"});
+    try {
+      Hdf5Dataset data(path);
+    } catch (const antdt::FileError& e) {
+      const std::string what = e.what();
+      EXPECT_EQ(what.find("int0"), std::string::npos) << what;
+      EXPECT_EQ(what.find("int4294967328"), std::string::npos) << what;
+    }
+  }
+}
+
+// sample_shape: written from InMemoryDataset::set_sample_shape, read by Hdf5Dataset (and
+// passed through SubsetDataset); absent means empty; a bad attribute is a one-line FileError.
+TEST(Hdf5, SampleShapeRoundTripAndBadAttributes) {
+  TempDir dir;
+  auto data = make_synthetic({6, 12, 2, 1});
+  EXPECT_TRUE(data.sample_shape().empty());
+  EXPECT_THROW(data.set_sample_shape({1, 3, 3}), antdt::UsageError) << "9 values, not 12";
+  EXPECT_THROW(data.set_sample_shape({0, 12}), antdt::UsageError);
+  EXPECT_THROW(data.set_sample_shape({-1, -12}), antdt::UsageError);
+  data.set_sample_shape({3, 2, 2});
+  const auto shaped = dir.file("shaped.h5");
+  write_hdf5(shaped, data);
+  EXPECT_EQ(Hdf5Dataset(shaped).sample_shape(), (std::vector<std::int64_t>{3, 2, 2}));
+  SubsetDataset subset(std::make_unique<Hdf5Dataset>(shaped), {1});
+  EXPECT_EQ(subset.sample_shape(), (std::vector<std::int64_t>{3, 2, 2}));
+  data.set_sample_shape({});
+  const auto plain = dir.file("plain.h5");
+  write_hdf5(plain, data);
+  EXPECT_TRUE(Hdf5Dataset(plain).sample_shape().empty());
+
+  // Attributes written by hand on good sets of 6 x 3 features.
+  auto with_shape = [&](const std::string& name, hid_t type, std::vector<hsize_t> dims, const void* values) {
+    const auto path = dir.file(name + ".h5");
+    make_file(path, [&](hid_t f) {
+      good_sets(f);
+      const hid_t set = H5Dopen2(f, "features", H5P_DEFAULT);
+      const hid_t space =
+          dims.empty() ? H5Screate(H5S_SCALAR) : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
+      const hid_t attr = H5Acreate2(set, "sample_shape", type, space, H5P_DEFAULT, H5P_DEFAULT);
+      ASSERT_GE(H5Awrite(attr, type, values), 0);
+      H5Aclose(attr);
+      H5Sclose(space);
+      H5Dclose(set);
+    });
+    return path;
+  };
+  const std::int32_t good32[2] = {1, 3};
+  EXPECT_EQ(Hdf5Dataset(with_shape("int32", H5T_NATIVE_INT32, {2}, good32)).sample_shape(),
+            (std::vector<std::int64_t>{1, 3}))
+      << "any integer type is read";
+  const std::int64_t product[3] = {1, 2, 2};
+  expect_file_error(with_shape("product", H5T_NATIVE_INT64, {3}, product),
+                    {"data set 'features'", "attribute 'sample_shape' is [1, 2, 2]", "3 features per sample"});
+  const std::int64_t zero[2] = {0, 3};
+  expect_file_error(with_shape("zero", H5T_NATIVE_INT64, {2}, zero), {"sample_shape' is [0, 3]", ">= 1"});
+  const std::int64_t huge[3] = {std::int64_t{1} << 40, std::int64_t{1} << 40, 3};
+  expect_file_error(with_shape("huge", H5T_NATIVE_INT64, {3}, huge), {"sample_shape' is [1099511627776"});
+  const std::int64_t square[4] = {1, 3, 1, 1};
+  expect_file_error(with_shape("2d", H5T_NATIVE_INT64, {2, 2}, square), {"sample_shape' must be a 1-D list", "2-D"});
+  const double real[2] = {1.0, 3.0};
+  expect_file_error(with_shape("float", H5T_NATIVE_DOUBLE, {2}, real), {"sample_shape' must be", "float64"});
+  const std::int64_t nine[9] = {1, 1, 1, 1, 1, 1, 1, 1, 3};
+  expect_file_error(with_shape("nine", H5T_NATIVE_INT64, {9}, nine), {"1 to 8 integers", "with 9 values"});
+}
+
+// write_hdf5 writes a new temporary beside the target and renames it over the target: through
+// a symbolic link the target file is replaced and the link stays; a user's file that happens
+// to be named like the old fixed temporary ("x.h5.tmp") is never touched; nothing is left.
+TEST(Hdf5, WriteReplacesALinksTargetAndNeverTouchesOtherFiles) {
+  TempDir dir;
+  const auto target = dir.file("real.h5");
+  const auto link = dir.file("link.h5");
+  write_hdf5(target, make_synthetic({5, 2, 2, 1}));
+  fs::create_symlink(target, link);
+  const auto mine = link + ".tmp";
+  std::ofstream(mine) << "the user's own file\n";
+  const auto target_tmp = target + ".tmp";
+  std::ofstream(target_tmp) << "another of the user's files\n";
+  write_hdf5(link, make_synthetic({9, 2, 2, 1}));
+  EXPECT_TRUE(fs::is_symlink(link)) << "the link is still a link";
+  EXPECT_EQ(Hdf5Dataset(target).size(), 9) << "its target holds the new data";
+  EXPECT_EQ(slurp(mine), "the user's own file\n");
+  EXPECT_EQ(slurp(target_tmp), "another of the user's files\n");
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(fs::path(target).parent_path())) {
+    names.push_back(entry.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"link.h5", "link.h5.tmp", "real.h5", "real.h5.tmp"}))
+      << "no temporary is left behind";
+}
+
+TEST(Hdf5, WriteFailureIsAWriteErrorAndLeavesNothingBehind) {
   TempDir dir;
   const auto path = dir.file("no-such-dir/out.h5");
   try {
     write_hdf5(path, make_synthetic({4, 2, 2, 1}));
     FAIL() << "writing into a missing directory did not throw";
-  } catch (const antdt::FileError& e) {
+  } catch (const antdt::WriteError& e) {
     EXPECT_NE(std::string(e.what()).find(path), std::string::npos);
   }
   EXPECT_FALSE(fs::exists(path));
