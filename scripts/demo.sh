@@ -29,7 +29,7 @@ fi
 cmake --build "$build" -j "$(nproc)" --target antdt-train antdt-datagen
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 mkdir -p "$out"
-"$build/apps/antdt-datagen" -o "$out/train.h5" --samples "$samples" --dim 32 --classes 10 \
+"$build/apps/antdt-datagen" -o "$out/train.h5" --samples "$samples" --dim 32 --classes 10 --overwrite \
   --eval-output "$out/eval.h5" --eval-samples $((samples / 4))
 # Emulated speeds 1,1,1,1/3 on a virtual device (0.1 ms per sample at speed 1): ranks wait out
 # their modelled compute instead of competing for this machine's two cores (docs/benchmarks.md).

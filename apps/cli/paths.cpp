@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <system_error>
@@ -19,11 +20,21 @@ namespace {
 namespace fs = std::filesystem;
 
 // The path with every symbolic link of its existing part resolved, and "." and ".." gone: two
-// names of one file give the same canonical path unless they are hard links.
+// names of one file give the same canonical path unless they are hard links. A link whose
+// target does not exist yet (a dangling link) is followed too: writing through it creates
+// that target, so it names the same file as the target's own name.
 fs::path canonical_of(const std::string& path) {
   std::error_code ec;
   fs::path p = fs::weakly_canonical(fs::absolute(path, ec), ec);
-  return ec ? fs::absolute(path).lexically_normal() : p;
+  if (ec) return fs::absolute(path).lexically_normal();
+  for (int hops = 0; hops < 40 && fs::is_symlink(fs::symlink_status(p, ec)); ++hops) {
+    const fs::path target = fs::read_symlink(p, ec);
+    if (ec) break;
+    fs::path next = fs::weakly_canonical(target.is_absolute() ? target : p.parent_path() / target, ec);
+    if (ec) break;
+    p = next;
+  }
+  return p;
 }
 
 bool same_file(const std::string& a, const std::string& b) {
@@ -84,6 +95,76 @@ void check_outputs(const std::vector<NamedPath>& outputs, const std::vector<Name
       throw UsageError(quoted(out) + " names a file of the checkpoint store in --checkpoint-dir '" + checkpoint_dir +
                        "'; give the output another name");
     }
+  }
+}
+
+void check_new_outputs(const std::vector<NamedPath>& outputs, bool overwrite, const std::string& overwrite_option) {
+  for (const NamedPath& out : outputs) {
+    if (out.path.empty()) continue;
+    std::error_code ec;
+    const fs::file_status st = fs::status(out.path, ec);  // follows symbolic links
+    if (!fs::exists(st)) continue;                        // a dangling link's target is created
+    if (!fs::is_regular_file(st)) {
+      throw UsageError(quoted(out) + " exists and is not a regular file; give the name of a file to write");
+    }
+    if (!overwrite) {
+      throw UsageError(quoted(out) + " exists; pass " + overwrite_option + " to replace it, or give another name");
+    }
+  }
+}
+
+StagedOutput::StagedOutput(NamedPath output, bool replace)
+    : output_(std::move(output)), target_(canonical_of(output_.path).string()), replace_(replace) {
+  const fs::path target(target_);
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    const fs::path tmp = target.parent_path() / ("." + target.filename().string() + "." + std::to_string(::getpid()) +
+                                                 "-" + std::to_string(attempt) + ".staged");
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      ::close(fd);
+      temp_ = tmp.string();
+      return;
+    }
+    if (errno != EEXIST) break;
+  }
+  throw WriteError("cannot write " + quoted(output_) + ": cannot create a temporary file beside it (" +
+                   std::strerror(errno) + "); nothing was written there");
+}
+
+StagedOutput::~StagedOutput() {
+  if (!committed_) {
+    std::error_code ignored;
+    fs::remove(temp_, ignored);
+  }
+}
+
+void StagedOutput::commit() {
+  int rc = 0;
+  if (replace_) {
+    rc = std::rename(temp_.c_str(), target_.c_str());
+  } else {
+    // Never replace a file that appeared since the checks: renameat2 with RENAME_NOREPLACE,
+    // or, on a file system without it, a hard link (which fails on an existing name).
+    rc = ::renameat2(AT_FDCWD, temp_.c_str(), AT_FDCWD, target_.c_str(), RENAME_NOREPLACE);
+    if (rc != 0 && (errno == EINVAL || errno == ENOSYS)) {
+      rc = ::link(temp_.c_str(), target_.c_str());
+      if (rc == 0) ::unlink(temp_.c_str());
+    }
+    if (rc != 0 && errno == EEXIST) {
+      throw UsageError(quoted(output_) + " appeared while this output was being made; it was left as it is: " +
+                       "give another name, or move that file away first");
+    }
+  }
+  if (rc != 0) {
+    throw WriteError("cannot write " + quoted(output_) + ": renaming the finished file into place failed (" +
+                     std::strerror(errno) + "); nothing was written there");
+  }
+  committed_ = true;
+  // The rename is durable once the directory is synced; a failure here leaves a whole file.
+  const int dir = ::open(fs::path(target_).parent_path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir >= 0) {
+    (void)::fsync(dir);
+    ::close(dir);
   }
 }
 

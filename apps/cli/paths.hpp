@@ -21,6 +21,37 @@ struct NamedPath {
 void check_outputs(const std::vector<NamedPath>& outputs, const std::vector<NamedPath>& inputs,
                    const std::string& checkpoint_dir = "");
 
+// Refuses, with a UsageError naming the option and the path, an output that exists already
+// (through a symbolic link too) unless `overwrite`, with a message that names
+// `overwrite_option`; and, even with it, an existing output that is not a regular file (a
+// device, a FIFO), which a file renamed into place would replace. Empty paths are skipped.
+void check_new_outputs(const std::vector<NamedPath>& outputs, bool overwrite, const std::string& overwrite_option);
+
+// An output written under a temporary name beside it and renamed into place by commit(), so
+// that several outputs are all written before any is put in place. The constructor reserves
+// a new hidden name in the target's directory (created empty, exclusively); the destructor
+// removes it unless committed. commit() renames it over the target (a symbolic link's target,
+// not the link) and syncs the directory; without `replace` it never replaces a file that
+// appeared since the checks (UsageError). Failures are WriteError naming the option.
+class StagedOutput {
+ public:
+  StagedOutput(NamedPath output, bool replace);
+  StagedOutput(const StagedOutput&) = delete;
+  StagedOutput& operator=(const StagedOutput&) = delete;
+  ~StagedOutput();
+
+  // Where to write: the temporary, on the target's file system.
+  [[nodiscard]] const std::string& path() const noexcept { return temp_; }
+  void commit();
+
+ private:
+  NamedPath output_;
+  std::string target_;
+  std::string temp_;
+  bool replace_;
+  bool committed_ = false;
+};
+
 // Writes `text` to `output.path` so that it is there whole or not at all: a temporary file
 // beside it, every write checked, fsync, rename over the target (a symbolic link's target),
 // fsync of the directory. On failure (a full disk, say) the temporary is removed, an earlier

@@ -32,7 +32,7 @@ echo "simulated (2000 steps):"; grep -E "^(static|dd|nd) " "$out/transient-sim.t
 
 echo "## 2. rank 3 of 4 turns 3x slower at step 200, 3 epochs of 60,000 samples, B=400, c=0.5 ms/sample"
 data="$out/half.h5"
-"$b/apps/antdt-datagen" -o "$data" --samples 60000 --dim 8 --classes 4 >/dev/null
+"$b/apps/antdt-datagen" -o "$data" --samples 60000 --dim 8 --classes 4 --overwrite >/dev/null
 common=(--data "$data" --layers 8,16,4 --global-batch 400 --epochs 3 --virtual-device 0.0005 --quiet --no-probe)
 for policy in static dd nd; do
   ck="$out/ck-$policy"

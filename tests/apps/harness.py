@@ -4,6 +4,7 @@ Importing it takes BUILD_DIR and SOURCE_DIR from the command line (and removes t
 unittest sees the rest): `python3 test_X.py BUILD_DIR SOURCE_DIR [unittest args]`.
 """
 import os
+import re
 import subprocess
 import sys
 import time
@@ -15,6 +16,22 @@ TRAIN = os.path.join(BUILD, "apps", "antdt-train")
 DATAGEN = os.path.join(BUILD, "apps", "antdt-datagen")
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
            OMPI_MCA_rmaps_base_oversubscribe="1", ANTDT_LOG_LEVEL="warn")
+
+
+def error_lines(stderr, app="antdt-(train|datagen)"):
+    """An app's own error lines (Open MPI's notes about a non-zero exit are not antdt's)."""
+    return [l for l in stderr.splitlines() if re.match(app + r": error", l)]
+
+
+def assert_one_error(case, r, code, *needles):
+    """`r` (a finished run) exited with `code` and printed exactly one error line, which holds
+    every needle; returns that line."""
+    case.assertEqual(r.returncode, code, f"stdout={r.stdout}\nstderr={r.stderr}")
+    lines = error_lines(r.stderr)
+    case.assertEqual(len(lines), 1, f"exactly one error line, got:\n{r.stderr}")
+    for needle in needles:
+        case.assertIn(needle, lines[0])
+    return lines[0]
 
 
 def run(cmd, timeout=240, env=None):
