@@ -18,13 +18,13 @@
 #include <string>
 #include <vector>
 
-#include "antdt/controller.hpp"
 #include "antdt/emulation.hpp"
 #include "antdt/error.hpp"
 #include "antdt/log.hpp"
-#include "antdt/planner.hpp"
 #include "antdt/report.hpp"
 #include "cli/cli_common.hpp"
+#include "controller/controller.hpp"
+#include "controller/planner.hpp"
 #include "sim/simulator.hpp"
 
 namespace {

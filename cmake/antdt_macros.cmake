@@ -48,3 +48,18 @@ function(antdt_add_test)
   set_tests_properties(${T_NAME} PROPERTIES ENVIRONMENT "${ANTDT_MPI_TEST_ENV}"
                        TIMEOUT ${T_TIMEOUT} LABELS "unit;${T_LABELS}")
 endfunction()
+
+# antdt_add_core_test(NAME <name> SOURCES <src...> [LABELS ...] [TIMEOUT s])
+# A unit test of the core (src/core, dds, monitor, controller, protocol, agent, sim): it links
+# the core's objects and GoogleTest alone, with no MPI, and runs as a plain process. The
+# core.isolated test checks that such a binary has no MPI library in it.
+function(antdt_add_core_test)
+  cmake_parse_arguments(T "" "NAME;TIMEOUT" "SOURCES;LABELS" ${ARGN})
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 300)
+  endif()
+  add_executable(${T_NAME} ${T_SOURCES})
+  target_link_libraries(${T_NAME} PRIVATE antdt_core GTest::gtest_main antdt_warnings)
+  add_test(NAME ${T_NAME} COMMAND ${T_NAME})
+  set_tests_properties(${T_NAME} PROPERTIES TIMEOUT ${T_TIMEOUT} LABELS "unit;core;${T_LABELS}")
+endfunction()

@@ -19,5 +19,5 @@ sed -e 's/#cmakedefine01 ANTDT_HAVE_CUDA/#define ANTDT_HAVE_CUDA 1/' \
 "$NVCC" -O3 -std=c++20 -gencode "arch=compute_$arch,code=sm_$arch" -I"$ROOT/include" -I"$gen" -I"$ROOT/kernels" -I"$ROOT/src" \
   -I"$ROOT/tests/compute" \
   "$ROOT/perf/compute/gpu_bench.cpp" "$ROOT/kernels/cuda/mlp_cuda.cpp" "$ROOT/kernels/cuda/mlp_kernels.cu" \
-  "$ROOT/kernels/host/mlp_common.cpp" "$ROOT/src/core/plan.cpp" "$ROOT/src/core/error_cuda.cpp" "$ROOT/src/core/device_copy_cuda.cpp" "$ROOT/src/core/device.cpp" \
+  "$ROOT/kernels/host/mlp_common.cpp" "$ROOT/src/core/plan.cpp" "$ROOT/src/runtime/error_cuda.cpp" "$ROOT/src/runtime/device_copy_cuda.cpp" "$ROOT/src/runtime/device.cpp" \
   "$ROOT/src/core/log.cpp" -lcublas "$@" -o "$output"

@@ -15,6 +15,11 @@ packages=(
   slurm-wlm munge
   python3 clang-format
   python3-matplotlib  # the plots of perf/studies
+  iproute2            # the tests' cluster of network namespaces (ip netns, veth, tc)
+  # The framework adapters (docs/torch.md, docs/python.md): libtorch (PyTorch's C++ API, CPU) and
+  # PyTorch for Debian's /usr/bin/python3, with NumPy, pybind11 and mpi4py. The build skips
+  # an adapter, saying why, when its framework is missing.
+  libtorch-dev python3-torch python3-numpy pybind11-dev python3-mpi4py python3-h5py
 )
 
 missing=()

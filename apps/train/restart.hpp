@@ -9,7 +9,7 @@
 
 #include <string>
 
-#include "antdt/controller.hpp"
+#include "controller/controller.hpp"
 
 namespace antdt::train {
 

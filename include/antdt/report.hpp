@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "antdt/controller.hpp"
+#include "antdt/options.hpp"
 #include "antdt/plan.hpp"
 #include "antdt/session.hpp"
 

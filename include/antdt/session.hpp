@@ -32,9 +32,9 @@
 #include <mpi.h>
 
 #include "antdt/comm.hpp"
-#include "antdt/controller.hpp"
 #include "antdt/device.hpp"
 #include "antdt/emulation.hpp"
+#include "antdt/options.hpp"
 #include "antdt/plan.hpp"
 #include "antdt/step.hpp"
 
@@ -75,10 +75,6 @@ struct SessionOptions {
   // inside the blocking collectives. Waiting ranks sleep between polls instead of spinning.
   double step_timeout_seconds = 600.0;
 };
-
-// Called on rank 0 with each step's record and the plan in force, as the step ends (metrics
-// and timeline files stream from here: report.hpp). Records are not kept.
-using RecordSink = std::function<void(const StepRecord& record, const Plan& in_force)>;
 
 class Session {
  public:

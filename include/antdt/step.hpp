@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "antdt/plan.hpp"
@@ -75,5 +76,9 @@ struct RunTotals {
   double model_error_median = 0.0;
   std::int64_t model_error_steps = 0;  // steps with a prediction
 };
+
+// Called on rank 0 with each step's record and the plan in force, as the step ends (metrics
+// and timeline files stream from here: report.hpp). Records are not kept.
+using RecordSink = std::function<void(const StepRecord& record, const Plan& in_force)>;
 
 }  // namespace antdt

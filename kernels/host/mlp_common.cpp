@@ -10,7 +10,7 @@
 
 #include "antdt/error.hpp"
 #include "antdt/plan.hpp"
-#include "core/device_copy.hpp"
+#include "runtime/device_copy.hpp"
 
 namespace antdt {
 

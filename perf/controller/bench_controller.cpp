@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "antdt/controller.hpp"
-#include "antdt/emulation.hpp"
+#include "agent/emulation.hpp"
+#include "controller/controller.hpp"
 #include "sim/simulator.hpp"
 
 namespace {

@@ -21,10 +21,10 @@
 
 #include "antdt/comm.hpp"
 #include "antdt/data.hpp"
-#include "antdt/dds.hpp"
 #include "antdt/error.hpp"
 #include "antdt/runtime.hpp"
 #include "antdt/session.hpp"
+#include "dds/dds.hpp"
 
 namespace {
 

@@ -26,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "agent/emulation.hpp"
 #include "antdt/antdt.hpp"
 
 namespace {

@@ -22,11 +22,11 @@
 #include <memory>
 #include <vector>
 
+#include "agent/emulation.hpp"
 #include "agent/step_pool.hpp"
-#include "antdt/dds.hpp"
-#include "antdt/emulation.hpp"
 #include "antdt/plan.hpp"
 #include "antdt/step.hpp"
+#include "dds/dds.hpp"
 #include "protocol/step_messages.hpp"
 
 namespace antdt::agent {

@@ -1,7 +1,7 @@
 // Straggler emulation (see include/antdt/emulation.hpp). Transient slowdowns: a rank is slowed
 // at step s when a slowdown started at any step in (s - STEPS, s]; a start at step t happens
 // when counter_uniform(seed, rank, t) < P. Pure in (seed, rank, step), hence reproducible.
-#include "antdt/emulation.hpp"
+#include "agent/emulation.hpp"
 
 #include <algorithm>
 #include <charconv>

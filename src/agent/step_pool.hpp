@@ -5,7 +5,7 @@
 // computed, so nothing computed is ever thrown away and the step's count is exactly B (fewer
 // only when the data runs out).
 //
-// The job's pool is one 64-bit counter on rank 0 (core/rma_pool.hpp, MPI one-sided atomics);
+// The job's pool is one 64-bit counter on rank 0 (transport/rma_pool.hpp, MPI one-sided atomics);
 // the simulator's and the tests' is CounterPool below.
 #pragma once
 

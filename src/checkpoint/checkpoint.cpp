@@ -39,8 +39,8 @@
 #include "antdt/error.hpp"
 #include "antdt/log.hpp"
 #include "checkpoint/fnv1a.hpp"
+#include "checkpoint/h5.hpp"
 #include "checkpoint/store_names.hpp"
-#include "core/h5.hpp"
 
 namespace fs = std::filesystem;
 

@@ -8,7 +8,7 @@
 #include "antdt/comm.hpp"
 #include "antdt/error.hpp"
 #include "antdt/model.hpp"
-#include "core/collectives.hpp"
+#include "transport/collectives.hpp"
 
 namespace antdt {
 

@@ -26,7 +26,7 @@
 #include "antdt/error.hpp"
 #include "antdt/log.hpp"
 #include "comm/reducer_backends.hpp"
-#include "core/device_copy.hpp"
+#include "runtime/device_copy.hpp"
 
 namespace antdt {
 namespace comm {

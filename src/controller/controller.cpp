@@ -2,7 +2,7 @@
 // decision depends on (monitor windows, streaks, plan history, policy state) is state of
 // this object and goes into its checkpoint form, so decisions are a pure function of the
 // stats history (invariant 5) and a restored controller continues as if never stopped.
-#include "antdt/controller.hpp"
+#include "controller/controller.hpp"
 
 #include <algorithm>
 #include <cmath>

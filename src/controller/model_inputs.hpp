@@ -8,8 +8,8 @@
 #include <span>
 #include <vector>
 
-#include "antdt/monitor.hpp"
 #include "antdt/plan.hpp"
+#include "monitor/monitor.hpp"
 
 namespace antdt::detail {
 

@@ -5,7 +5,7 @@
 // while that lowers the predicted maximum (or the number of ranks at it). With no overhead
 // this is the LB-BSP / AntDT-DD split b_i = B x_i / sum x, and the local search only fixes
 // rounding.
-#include "antdt/planner.hpp"
+#include "controller/planner.hpp"
 
 #include <algorithm>
 #include <cctype>

@@ -35,8 +35,8 @@
 #include <mutex>
 #include <sstream>
 
-#include "antdt/controller.hpp"
 #include "antdt/error.hpp"
+#include "controller/controller.hpp"
 #include "controller/model_inputs.hpp"
 #include "core/bytes.hpp"
 

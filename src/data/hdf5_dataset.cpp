@@ -24,7 +24,7 @@
 
 #include "antdt/data.hpp"
 #include "antdt/error.hpp"
-#include "core/h5.hpp"
+#include "checkpoint/h5.hpp"
 
 namespace antdt::data {
 

@@ -9,9 +9,9 @@
 #include <optional>
 #include <string>
 
-#include "antdt/dds.hpp"
 #include "antdt/error.hpp"
 #include "core/bytes.hpp"
+#include "dds/dds.hpp"
 
 namespace antdt::dds {
 

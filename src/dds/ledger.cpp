@@ -17,9 +17,9 @@
 #include <limits>
 #include <string>
 
-#include "antdt/dds.hpp"
 #include "antdt/error.hpp"
 #include "core/bytes.hpp"
+#include "dds/dds.hpp"
 
 namespace antdt::dds {
 

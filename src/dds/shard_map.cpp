@@ -12,8 +12,8 @@
 #include <bit>
 #include <string>
 
-#include "antdt/dds.hpp"
 #include "antdt/error.hpp"
+#include "dds/dds.hpp"
 
 namespace antdt::dds {
 

@@ -4,8 +4,8 @@
 
 #include <vector>
 
-#include "antdt/dds.hpp"
 #include "core/bytes.hpp"
+#include "dds/dds.hpp"
 
 namespace antdt::dds {
 

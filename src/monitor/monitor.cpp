@@ -21,7 +21,7 @@
 // new batch); the rank's intercept phi is the median of its last kFitsKept fits with missing
 // ones as 0, so it takes two fits that agree to move it and one unlucky fit cannot swing the
 // plan.
-#include "antdt/monitor.hpp"
+#include "monitor/monitor.hpp"
 
 #include <algorithm>
 #include <cmath>

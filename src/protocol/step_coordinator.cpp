@@ -6,10 +6,9 @@
 #include <sstream>
 #include <string>
 
-#include "antdt/checkpoint.hpp"
 #include "antdt/error.hpp"
 #include "antdt/log.hpp"
-#include "antdt/planner.hpp"
+#include "controller/planner.hpp"
 #include "core/bytes.hpp"
 #include "core/plan_codec.hpp"
 
@@ -279,34 +278,31 @@ ResumeState StepCoordinator::resume_state() const {
   return s;
 }
 
-void StepCoordinator::save(CheckpointWriter& writer) const {
-  writer.put_bytes("antdt/dds", dds_.serialize());
-  writer.put_bytes("antdt/controller", controller_.serialize());
-  detail::ByteWriter plans;
-  encode_plan(plans_.current(), plans);
-  plans.put<std::uint8_t>(plans_.pending() ? 1 : 0);
-  if (plans_.pending()) encode_plan(*plans_.pending(), plans);
-  writer.put_bytes("antdt/plan", plans.take());
-  writer.put_int64("antdt/step", step_);
-  writer.put_int64("antdt/world_size", controller_.options().world_size);
-  writer.put_int64("antdt/dataset_size", options_.dataset_size);
-  writer.put_int64("antdt/global_batch", controller_.options().global_batch);
-  writer.put_int64("antdt/completed_epochs", dds_.ledger().completed_epochs());
-  writer.put_int64("antdt/committed_total", committed_total_);
-  writer.put_uint64s("antdt/seeds", std::vector<std::uint64_t>{options_.data_seed, options_.emulation_seed});
-  writer.put_string("antdt/policy", controller_.options().policy);
-}
-
 namespace {
 
+// What a coordinator saves under "antdt/", listed once for save and restore.
+struct SavedCoordinator {
+  std::vector<std::byte> dds, controller, plans;  // the plan in force, then 0 or 1 and the pending one
+  std::int64_t step = 0, world_size = 0, dataset_size = 0, global_batch = 0, completed_epochs = 0, committed_total = 0;
+  std::vector<std::uint64_t> seeds = std::vector<std::uint64_t>(2);  // data, emulation
+  std::string policy;
+
+  template <class Self, class F>
+  static void fields(Self& m, F&& f) {
+    f("antdt/dds", m.dds), f("antdt/controller", m.controller), f("antdt/plan", m.plans), f("antdt/step", m.step),
+        f("antdt/world_size", m.world_size), f("antdt/dataset_size", m.dataset_size),
+        f("antdt/global_batch", m.global_batch), f("antdt/completed_epochs", m.completed_epochs),
+        f("antdt/committed_total", m.committed_total), f("antdt/seeds", m.seeds), f("antdt/policy", m.policy);
+  }
+};
+
 // The saved plan must satisfy the plan invariant and fit the checkpoint it came with.
-void check_saved_plan(const CheckpointReader& reader, const Plan& p, std::int64_t saved_world,
-                      std::int64_t saved_batch) {
+void check_saved_plan(const std::string& where, const Plan& p, std::int64_t saved_world, std::int64_t saved_batch) {
   if (auto problem = plan_problem(p); !problem.empty()) {
-    throw CheckpointError("checkpoint " + reader.path() + ": the saved plan is invalid: " + problem);
+    throw CheckpointError(where + ": the saved plan is invalid: " + problem);
   }
   if (p.world_size() != saved_world || p.global_batch != saved_batch) {
-    throw CheckpointError("checkpoint " + reader.path() + ": the saved plan is for " + std::to_string(p.world_size()) +
+    throw CheckpointError(where + ": the saved plan is for " + std::to_string(p.world_size()) +
                           " ranks and B = " + std::to_string(p.global_batch) + ", not the checkpoint's " +
                           std::to_string(saved_world) + " ranks and B = " + std::to_string(saved_batch));
   }
@@ -314,44 +310,61 @@ void check_saved_plan(const CheckpointReader& reader, const Plan& p, std::int64_
 
 }  // namespace
 
-StepCoordinator StepCoordinator::restore(const CheckpointReader& reader, const StepCoordinatorOptions& options,
+void StepCoordinator::save(detail::StateWriter& out) const {
+  SavedCoordinator saved;
+  saved.dds = dds_.serialize();
+  saved.controller = controller_.serialize();
+  detail::ByteWriter plans;
+  encode_plan(plans_.current(), plans);
+  plans.put<std::uint8_t>(plans_.pending() ? 1 : 0);
+  if (plans_.pending()) encode_plan(*plans_.pending(), plans);
+  saved.plans = plans.take();
+  saved.step = step_;
+  saved.world_size = controller_.options().world_size;
+  saved.dataset_size = options_.dataset_size;
+  saved.global_batch = controller_.options().global_batch;
+  saved.completed_epochs = dds_.ledger().completed_epochs();
+  saved.committed_total = committed_total_;
+  saved.seeds = {options_.data_seed, options_.emulation_seed};
+  saved.policy = controller_.options().policy;
+  detail::save_fields(out, saved);
+}
+
+StepCoordinator StepCoordinator::restore(const detail::StateReader& in, const StepCoordinatorOptions& options,
                                          const dds::LedgerOptions& this_run) {
-  const auto n = reader.int64("antdt/dataset_size");
-  if (n != options.dataset_size) {
-    throw CheckpointError("checkpoint " + reader.path() + " was taken on a data set of " + std::to_string(n) +
+  SavedCoordinator saved;
+  detail::load_fields(in, saved);
+  const std::string where = in.where();
+  if (saved.dataset_size != options.dataset_size) {
+    throw CheckpointError(where + " was taken on a data set of " + std::to_string(saved.dataset_size) +
                           " samples, but this run has " + std::to_string(options.dataset_size));
   }
-  const auto saved_world = reader.int64("antdt/world_size");
-  const auto seeds = reader.uint64s("antdt/seeds", 2);
-  if (seeds[0] != options.data_seed) {
-    throw CheckpointError("checkpoint " + reader.path() + " used data seed " + std::to_string(seeds[0]) +
-                          " but this run uses " + std::to_string(options.data_seed) +
-                          " (the epoch order would change)");
+  if (saved.seeds[0] != options.data_seed) {
+    throw CheckpointError(where + " used data seed " + std::to_string(saved.seeds[0]) + " but this run uses " +
+                          std::to_string(options.data_seed) + " (the epoch order would change)");
   }
   const int world = options.controller.world_size;
-  auto dds = dds::Coordinator::restore(reader.bytes("antdt/dds"), world, options.prefetch_steps);
+  auto dds = dds::Coordinator::restore(saved.dds, world, options.prefetch_steps);
   // The run's own limit wins: a resumed job may be asked to train longer.
   if (dds.ledger().options().max_epochs != options.max_epochs) dds.set_max_epochs(options.max_epochs);
-  StepCoordinator c(options, std::move(dds), Controller::restore(reader.bytes("antdt/controller"), options.controller));
+  StepCoordinator c(options, std::move(dds), Controller::restore(saved.controller, options.controller));
 
-  const auto plan_bytes = reader.bytes("antdt/plan");
-  detail::ByteReader pr(plan_bytes);
-  Plan saved = decode_plan(pr);
-  std::optional<Plan> saved_pending;
-  if (pr.get<std::uint8_t>() != 0) saved_pending = decode_plan(pr);
-  const auto saved_batch = reader.int64("antdt/global_batch");
-  check_saved_plan(reader, saved, saved_world, saved_batch);
-  if (saved_pending) check_saved_plan(reader, *saved_pending, saved_world, saved_batch);
-  if (saved_world == world && saved_batch == options.controller.global_batch) {
-    c.plans_.reset(std::make_shared<const Plan>(std::move(saved)),
-                   saved_pending ? std::make_shared<const Plan>(std::move(*saved_pending)) : nullptr);
+  detail::ByteReader pr(saved.plans);
+  Plan plan = decode_plan(pr);
+  std::optional<Plan> pending;
+  if (pr.get<std::uint8_t>() != 0) pending = decode_plan(pr);
+  check_saved_plan(where, plan, saved.world_size, saved.global_batch);
+  if (pending) check_saved_plan(where, *pending, saved.world_size, saved.global_batch);
+  if (saved.world_size == world && saved.global_batch == options.controller.global_batch) {
+    c.plans_.reset(std::make_shared<const Plan>(std::move(plan)),
+                   pending ? std::make_shared<const Plan>(std::move(*pending)) : nullptr);
   } else {
     c.plans_.reset(std::make_shared<const Plan>(c.controller_.plan()));
-    ANTDT_LOG(info) << "elastic restore: checkpoint from " << saved_world << " ranks, now " << world
+    ANTDT_LOG(info) << "elastic restore: checkpoint from " << saved.world_size << " ranks, now " << world
                     << "; re-planned: " << c.plans_.current().reason;
   }
-  c.step_ = reader.int64("antdt/step");
-  c.committed_total_ = reader.int64("antdt/committed_total");
+  c.step_ = saved.step;
+  c.committed_total_ = saved.committed_total;
   c.finished_ = c.reached_end_after(c.step_);
   const auto& saved_order = c.dds_.ledger().options();
   if (saved_order.shard_size != this_run.shard_size) {

@@ -21,16 +21,12 @@
 #include <span>
 #include <vector>
 
-#include "antdt/controller.hpp"
-#include "antdt/dds.hpp"
 #include "antdt/plan.hpp"
 #include "antdt/step.hpp"
+#include "controller/controller.hpp"
+#include "core/saved_state.hpp"
+#include "dds/dds.hpp"
 #include "protocol/step_messages.hpp"
-
-namespace antdt {
-class CheckpointWriter;
-class CheckpointReader;
-}  // namespace antdt
 
 namespace antdt::protocol {
 
@@ -66,9 +62,9 @@ class StepCoordinator {
   // Restores what save() wrote under "antdt/" (the checkpoint may come from another world
   // size: see docs/session.md). `this_run` is what this run asks for; the checkpoint's sample
   // order wins. CheckpointError on a checkpoint that does not fit this run.
-  static StepCoordinator restore(const CheckpointReader& reader, const StepCoordinatorOptions& options,
+  static StepCoordinator restore(const detail::StateReader& in, const StepCoordinatorOptions& options,
                                  const dds::LedgerOptions& this_run);
-  void save(CheckpointWriter& writer) const;
+  void save(detail::StateWriter& out) const;
 
   // The first exchange of a run (or of a resumed one): grants for the coming steps.
   [[nodiscard]] StepDecision start();

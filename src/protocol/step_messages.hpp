@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "antdt/dds.hpp"
 #include "core/bytes.hpp"
+#include "dds/dds.hpp"
 
 namespace antdt::protocol {
 

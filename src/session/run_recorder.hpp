@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "antdt/session.hpp"
+#include "antdt/step.hpp"
 #include "core/log_histogram.hpp"
 
 namespace antdt::detail {

@@ -16,17 +16,18 @@
 #include "antdt/error.hpp"
 #include "antdt/launcher.hpp"
 #include "antdt/log.hpp"
-#include "antdt/planner.hpp"
 #include "antdt/reduce.hpp"
+#include "checkpoint/checkpoint_state.hpp"
+#include "controller/planner.hpp"
 #include "core/bytes.hpp"
-#include "core/collectives.hpp"
-#include "core/control_channel.hpp"
 #include "core/plan_codec.hpp"
-#include "core/rma_pool.hpp"
-#include "core/step_gate.hpp"
 #include "protocol/step_coordinator.hpp"
 #include "session/run_recorder.hpp"
 #include "session/session_setup.hpp"
+#include "transport/collectives.hpp"
+#include "transport/control_channel.hpp"
+#include "transport/rma_pool.hpp"
+#include "transport/step_gate.hpp"
 
 namespace antdt {
 
@@ -50,6 +51,17 @@ std::shared_ptr<const Plan> plan_from(std::span<const std::byte> bytes) {
 
 double seconds_now() { return agent::SteadyClock().now(); }
 
+// The Agent's step pool over rank 0's one-sided counter (the transport knows nothing of the Agent).
+class CounterOnRoot final : public agent::StepPool {
+ public:
+  explicit CounterOnRoot(const Communicator& comm) : counter(comm) {}
+  std::int64_t claim(std::int64_t want, std::int64_t global_batch, std::int64_t& claimed_before) override {
+    return counter.claim(want, global_batch, claimed_before);
+  }
+  [[nodiscard]] std::int64_t claimed() override { return counter.claimed(); }
+  detail::RmaStepPool counter;
+};
+
 }  // namespace
 
 struct Session::Impl {
@@ -64,7 +76,7 @@ struct Session::Impl {
   protocol::StepCoordinatorOptions coordinator_opt;
   agent::SteadyClock clock;
   agent::Agent agent;
-  std::unique_ptr<detail::RmaStepPool> pool;               // pooled steps only
+  std::unique_ptr<CounterOnRoot> pool;                     // pooled steps only
   std::unique_ptr<detail::StepGate> gate;                  // a step timeout: the arrival check
   std::unique_ptr<detail::StallWatchdog> watchdog;         // ... and the guard of the reduction after it
   std::unique_ptr<protocol::StepCoordinator> coordinator;  // rank 0 only
@@ -84,7 +96,7 @@ struct Session::Impl {
         coordinator_opt(resolved(detail::coordinator_options(opt, caps, nodes), comm)),
         agent(comm.rank(), comm.size(), ledger, opt.emulation, clock, node, coordinator_opt.pool),
         pool(coordinator_opt.pool.pooled && coordinator_opt.pool.mechanism == PoolMechanism::counter
-                 ? std::make_unique<detail::RmaStepPool>(comm)
+                 ? std::make_unique<CounterOnRoot>(comm)
                  : nullptr),
         gate(opt.step_timeout_seconds > 0.0 ? std::make_unique<detail::StepGate>(comm, opt.step_timeout_seconds,
                                                                                  [this](int r) { return rank_name(r); })
@@ -170,7 +182,7 @@ struct Session::Impl {
     } else {
       d = coordinator->start();
     }
-    if (pool) pool->reset();  // every rank has reported: no claim of this step is in flight
+    if (pool) pool->counter.reset();  // every rank has reported: no claim of this step is in flight
     if (d.record) keep(*d.record);
     if (d.plan) history.push_back(*d.plan);
     detail::ControlChannel::Replies out;
@@ -196,7 +208,7 @@ struct Session::Impl {
     try {
       if (!reader) throw UsageError("Session::restore: rank 0 needs a CheckpointReader");
       coordinator = std::make_unique<protocol::StepCoordinator>(
-          protocol::StepCoordinator::restore(*reader, coordinator_opt, ledger));
+          protocol::StepCoordinator::restore(detail::CheckpointStateReader(*reader), coordinator_opt, ledger));
       coordinator->set_profiling_clock(seconds_now);
       state = coordinator->resume_state();
       history.assign(1, coordinator->plans().current());
@@ -325,7 +337,8 @@ void Session::save(CheckpointWriter& writer) const {
   const auto& s = *impl_;
   if (!s.root()) return;
   if (s.agent.in_step()) throw UsageError("Session::save must be called between steps (after end_step)");
-  s.coordinator->save(writer);
+  detail::CheckpointStateWriter out(writer);
+  s.coordinator->save(out);
 }
 
 void Session::restore(const CheckpointReader* reader) {
@@ -367,7 +380,7 @@ const std::vector<std::int64_t>& Session::micro_batch_caps() const noexcept { re
 const std::vector<std::string>& Session::node_names() const noexcept { return impl_->nodes; }
 std::size_t Session::control_bytes_received() const noexcept { return impl_->channel.last_received_bytes(); }
 Session::PoolCost Session::pool_cost() const noexcept {
-  return impl_->pool ? PoolCost{impl_->pool->atomics(), impl_->pool->seconds()} : PoolCost{};
+  return impl_->pool ? PoolCost{impl_->pool->counter.atomics(), impl_->pool->counter.seconds()} : PoolCost{};
 }
 
 std::vector<EpochCoverageReport> Session::coverage() const {

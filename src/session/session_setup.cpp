@@ -4,8 +4,8 @@
 #include <string>
 
 #include "antdt/error.hpp"
-#include "antdt/planner.hpp"
 #include "antdt/sample_count.hpp"
+#include "controller/planner.hpp"
 
 namespace antdt::detail {
 

@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "antdt/dds.hpp"
 #include "antdt/session.hpp"
+#include "dds/dds.hpp"
 #include "protocol/step_coordinator.hpp"
 
 namespace antdt::detail {

@@ -1,15 +1,12 @@
 #include "sim/simulator.hpp"
 
-#include <unistd.h>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <filesystem>
 #include <memory>
 #include <queue>
 
 #include "agent/agent.hpp"
-#include "antdt/checkpoint.hpp"
 #include "antdt/error.hpp"
 #include "core/log_histogram.hpp"
 #include "core/plan_codec.hpp"
@@ -274,29 +271,18 @@ double NetworkModel::broadcast_seconds(int p, double bytes) const {
 
 namespace {
 
-// A kill-restart, as a job does it: checkpoint the coordinator (a real checkpoint file), then a
+// A kill-restart, as a job does it: checkpoint the coordinator (in memory), then a
 // new job on as many ranks, the left-out ones replaced, restores it and resumes.
 void restart(std::unique_ptr<protocol::StepCoordinator>& coordinator, std::unique_ptr<Ranks>& ranks, Job& job,
              const SimConfig& config, SimResult& r) {
   const RestartDecision decision = *coordinator->restart();
   r.restarts.push_back(decision);
   r.claims += ranks->atomics();
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("antdt-sim-restart-" + std::to_string(::getpid()) + "-" + std::to_string(r.restarts.size()));
-  std::string path;
-  {
-    CheckpointWriter w(dir.string(), coordinator->step());
-    coordinator->save(w);
-    path = w.commit(1);
-  }
+  detail::MemoryState saved;
+  coordinator->save(saved);
   job = replacement_job(std::move(job), decision);
-  {
-    const CheckpointReader reader(path);
-    coordinator = std::make_unique<protocol::StepCoordinator>(
-        protocol::StepCoordinator::restore(reader, job.coordinator, job.ledger));
-  }
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
+  coordinator = std::make_unique<protocol::StepCoordinator>(
+      protocol::StepCoordinator::restore(saved, job.coordinator, job.ledger));
   coordinator->set_restart_seconds(config.restart_seconds);
   coordinator->set_profiling_clock(wall_now);
   ranks = std::make_unique<Ranks>(job, coordinator->plans().current(), config.network.atomic_seconds);

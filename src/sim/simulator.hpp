@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "antdt/controller.hpp"
-#include "antdt/dds.hpp"
 #include "antdt/emulation.hpp"
+#include "controller/controller.hpp"
+#include "dds/dds.hpp"
 
 namespace antdt::sim {
 

@@ -10,7 +10,7 @@
 #include "antdt/error.hpp"
 #include "antdt/model.hpp"
 #include "compute_test_support.hpp"
-#include "core/device_copy.hpp"
+#include "runtime/device_copy.hpp"
 
 using namespace antdt;
 using namespace antdt::test;

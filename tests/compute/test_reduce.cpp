@@ -17,7 +17,7 @@
 #include "antdt/reduce.hpp"
 #include "antdt/sample_count.hpp"
 #include "compute_test_support.hpp"
-#include "core/device_copy.hpp"
+#include "runtime/device_copy.hpp"
 
 #if ANTDT_HAVE_NCCL
 #include <nccl.h>

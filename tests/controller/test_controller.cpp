@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "agent/counter_rng.hpp"
-#include "antdt/controller.hpp"
-#include "antdt/emulation.hpp"
+#include "agent/emulation.hpp"
 #include "antdt/error.hpp"
+#include "controller/controller.hpp"
 #include "synthetic.hpp"
 
 using antdt::Controller;

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "antdt/emulation.hpp"
+#include "agent/emulation.hpp"
 #include "antdt/error.hpp"
 
 using antdt::EmulationOptions;

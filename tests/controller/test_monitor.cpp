@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "antdt/error.hpp"
-#include "antdt/monitor.hpp"
+#include "monitor/monitor.hpp"
 
 using antdt::Monitor;
 using antdt::RankStepStats;

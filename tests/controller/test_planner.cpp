@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "antdt/error.hpp"
-#include "antdt/planner.hpp"
+#include "controller/planner.hpp"
 
 using antdt::CostModel;
 using antdt::CostModelParams;

@@ -1,4 +1,4 @@
-// The step gate (src/core/step_gate.hpp): no rank leaves a pass before every rank has entered
+// The step gate (src/transport/step_gate.hpp): no rank leaves a pass before every rank has entered
 // it, and a rank that comes too late is named by rank 0 while every other rank hears of it.
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -12,7 +12,7 @@
 
 #include "antdt/comm.hpp"
 #include "antdt/error.hpp"
-#include "core/step_gate.hpp"
+#include "transport/step_gate.hpp"
 
 using antdt::Communicator;
 using antdt::StallError;

@@ -12,9 +12,9 @@
 
 #include "antdt/comm.hpp"
 #include "antdt/data.hpp"
-#include "antdt/dds.hpp"
 #include "antdt/error.hpp"
 #include "antdt/session.hpp"
+#include "dds/dds.hpp"
 
 using namespace antdt::data;
 namespace fs = std::filesystem;

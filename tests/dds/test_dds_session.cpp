@@ -10,11 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "antdt/controller.hpp"
 #include "antdt/error.hpp"
-#include "antdt/planner.hpp"
 #include "antdt/session.hpp"
-#include "core/control_channel.hpp"
+#include "controller/controller.hpp"
+#include "controller/planner.hpp"
+#include "transport/control_channel.hpp"
 
 using namespace antdt;
 

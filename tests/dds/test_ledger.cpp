@@ -6,9 +6,9 @@
 #include <set>
 #include <string>
 
-#include "antdt/dds.hpp"
 #include "antdt/error.hpp"
 #include "core/bytes.hpp"
+#include "dds/dds.hpp"
 #include "dds/wire.hpp"
 
 using namespace antdt::dds;

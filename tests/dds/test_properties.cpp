@@ -12,8 +12,8 @@
 #include <random>
 #include <string>
 
-#include "antdt/dds.hpp"
 #include "antdt/error.hpp"
+#include "dds/dds.hpp"
 
 using namespace antdt::dds;
 

@@ -9,9 +9,9 @@
 #include <numeric>
 #include <vector>
 
-#include "antdt/controller.hpp"
-#include "antdt/monitor.hpp"
+#include "controller/controller.hpp"
 #include "fuzz_target.hpp"
+#include "monitor/monitor.hpp"
 
 #ifndef ANTDT_FUZZ_MONITOR
 #define ANTDT_FUZZ_MONITOR 0

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "antdt/dds.hpp"
+#include "dds/dds.hpp"
 #include "fuzz_target.hpp"
 
 #ifndef ANTDT_FUZZ_COORDINATOR

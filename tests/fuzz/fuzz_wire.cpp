@@ -5,9 +5,9 @@
 #include <vector>
 
 #include "agent/agent.hpp"
-#include "antdt/dds.hpp"
 #include "core/bytes.hpp"
 #include "core/plan_codec.hpp"
+#include "dds/dds.hpp"
 #include "dds/wire.hpp"
 #include "fuzz_target.hpp"
 #include "protocol/step_messages.hpp"

@@ -8,13 +8,13 @@
 #include <string>
 #include <vector>
 
-#include "antdt/controller.hpp"
 #include "antdt/data.hpp"
-#include "antdt/dds.hpp"
-#include "antdt/monitor.hpp"
+#include "controller/controller.hpp"
 #include "core/bytes.hpp"
 #include "core/plan_codec.hpp"
+#include "dds/dds.hpp"
 #include "dds/wire.hpp"
+#include "monitor/monitor.hpp"
 #include "protocol/step_messages.hpp"
 
 namespace {

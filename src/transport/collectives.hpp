@@ -1,5 +1,5 @@
 // Private: the few small collectives antdt's setup paths share (not the step exchange, which
-// is core/control_channel.hpp).
+// is transport/control_channel.hpp).
 #pragma once
 
 #include <mpi.h>

@@ -1,7 +1,7 @@
 #include <cuda_runtime.h>
 
 #include "antdt/error.hpp"
-#include "core/device_copy.hpp"
+#include "runtime/device_copy.hpp"
 
 namespace antdt::detail {
 

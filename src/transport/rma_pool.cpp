@@ -1,4 +1,4 @@
-#include "core/rma_pool.hpp"
+#include "transport/rma_pool.hpp"
 
 #include <algorithm>
 #include <exception>

@@ -1,4 +1,4 @@
-#include "core/step_gate.hpp"
+#include "transport/step_gate.hpp"
 
 #include <algorithm>
 #include <chrono>

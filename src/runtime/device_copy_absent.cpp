@@ -1,6 +1,6 @@
 // Builds without CUDA hold no device buffer, so no device copy can be asked for.
 #include "antdt/error.hpp"
-#include "core/device_copy.hpp"
+#include "runtime/device_copy.hpp"
 
 namespace antdt::detail {
 

@@ -14,87 +14,17 @@
 #include <utility>
 #include <vector>
 
-#include "antdt/monitor.hpp"
+#include "antdt/options.hpp"
 #include "antdt/plan.hpp"
-#include "antdt/planner.hpp"
+#include "controller/planner.hpp"
+#include "monitor/monitor.hpp"
 
 namespace antdt {
-
-// Kill-restart (policies that restart, such as nd; docs/nd.md): when a rank has been a
-// persistent straggler (it was fine, then stayed slow: lasting contention) for `window` steps
-// and the predicted gain beats the measured cost of a restart, the Controller decides to
-// checkpoint and restart without it.
-struct RestartOptions {
-  int max_restarts = 3;             // decisions over the whole run (they survive a restart)
-  std::int64_t cooldown_steps = 0;  // steps after a restart before the next decision; 0: window
-  int window = 0;                   // steps a rank stays a persistent straggler first; 0: the Monitor window
-  bool replaces = true;             // the resubmitted job gets a replacement node at the median speed
-};
-
-struct ControllerOptions {
-  std::string policy = "dd";       // a registered policy name: "static", "dd", or a plugin's
-  int world_size = 0;              // 0 = the initial plan's (or, on restore, caps.size() or the saved one)
-  std::int64_t global_batch = 0;   // B; 0 = take it from the initial plan
-  std::vector<std::int64_t> caps;  // m_i per rank (or one for all); empty = the initial plan's
-  double min_gain = 0.05;          // dd: change only if the predicted step time drops by more
-  std::int64_t min_interval = 10;  // dd: at least this many steps between plan changes
-  std::int64_t warmup_steps = 3;   // stats of steps < warmup_steps are not recorded
-  int window = 20;                 // Monitor window (steps)
-  int persistence = 5;             // consecutive steps a condition must hold before it counts
-  double straggler_ratio = 0.85;   // slow: throughput < ratio * cluster median throughput
-  std::int64_t plan_lag = 0;       // extra steps between deciding and applying a plan
-  CostModelParams cost;
-  RestartOptions restart;
-  // Each rank's node (empty: one node per rank). A restart leaves out whole nodes, so every
-  // rank on a slow rank's node goes with it.
-  std::vector<std::string> nodes;
-};
-
-// What a rank is to the Controller, and so what the policies do about it (docs/controller.md):
-//  - deterministic straggler: slow since it was first assessed (a slower device): dd and nd
-//    rebalance its share; a restart would not help;
-//  - persistent straggler: was fine, then stayed slow for `persistence` steps (lasting
-//    contention): dd and nd rebalance; nd restarts without it when that pays;
-//  - transient straggler: slow for fewer steps: dd waits it out; nd's pooled steps absorb it;
-//  - leader / normal.
-enum class RankClass { normal, leader, transient_straggler, persistent_straggler, deterministic_straggler };
-[[nodiscard]] const char* rank_class_name(RankClass c) noexcept;
-
-// The Controller's view of one rank after the latest step. A rank is "slow" in a step when
-// its throughput that step is below straggler_ratio x the cluster reference (the median over
-// ranks of the window-median throughputs). slow_streak counts consecutive slow steps:
-// >= persistence: persistent straggler (a slower GPU or lasting contention); 1..persistence-1:
-// transient straggler; otherwise leader if its window median is >= reference / ratio, else normal.
-struct RankAssessment {
-  RankClass kind = RankClass::normal;
-  double throughput = 0.0;       // window median, samples/s
-  double relative = 1.0;         // throughput / reference
-  double last_throughput = 0.0;  // this step's, samples/s (0: no timed samples)
-  std::int64_t batch = 0;        // its batch in the plan in force at the step
-  int slow_streak = 0;
-  bool was_fine = false;  // has been at or above straggler_ratio x the reference at some step
-  // One line with the numbers behind `kind`. Formatted when read through
-  // Controller::assessments() (reports), not every step: not current in ControllerContext.
-  std::string reason;
-};
 
 // Besides the step's stats, what a decision may weigh (all of it measured, none of it guessed).
 struct StepOutlook {
   std::int64_t remaining_samples = -1;  // samples left to train; -1: unknown
   double restart_seconds = 0.0;         // the measured cost of a restart (checkpoint + relaunch); 0: unknown
-};
-
-// A decision to checkpoint and restart the job without some ranks (their nodes).
-struct RestartDecision {
-  std::int64_t step = -1;          // decided after this step
-  std::vector<int> ranks;          // every rank on the nodes left out (the persistent stragglers' nodes)
-  std::vector<std::string> nodes;  // those nodes (ControllerOptions::nodes; empty without)
-  double x_now = 0.0;              // the job's throughput now, samples/s
-  double x_after = 0.0;            // predicted after the restart
-  std::int64_t remaining_samples = 0;
-  double gain_seconds = 0.0;  // remaining x (1/x_now - 1/x_after)
-  double cost_seconds = 0.0;  // measured restart cost
-  std::string reason;         // one line with all of the above
 };
 
 // What a policy sees. All references are valid for the duration of decide() only.
@@ -143,10 +73,6 @@ using PolicyFactory = std::function<std::unique_ptr<PolicyPlugin>()>;
 void register_policy(const std::string& name, PolicyFactory factory);
 // A new instance of the named policy; UsageError listing the known names if none matches.
 [[nodiscard]] std::unique_ptr<PolicyPlugin> make_policy(const std::string& name);
-[[nodiscard]] std::vector<std::string> policy_names();  // sorted
-// make_policy(name)->rebalances() and ->pools(): UsageError for an unknown name.
-[[nodiscard]] bool policy_rebalances(const std::string& name);
-[[nodiscard]] bool policy_pools(const std::string& name);
 
 class Controller {
  public:

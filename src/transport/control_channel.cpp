@@ -1,4 +1,4 @@
-#include "core/control_channel.hpp"
+#include "transport/control_channel.hpp"
 
 #include <algorithm>
 #include <climits>
@@ -9,7 +9,7 @@
 #include <string>
 
 #include "antdt/error.hpp"
-#include "core/step_gate.hpp"
+#include "transport/step_gate.hpp"
 
 namespace antdt::detail {
 

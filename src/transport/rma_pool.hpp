@@ -1,4 +1,4 @@
-// Private: the job's step pool (agent/step_pool.hpp): one 64-bit counter in rank 0's memory,
+// Private: the job's step pool (the Agent's StepPool, adapted in the Session): one 64-bit counter in rank 0's memory,
 // claimed with MPI_Fetch_and_op under a passive-target lock_all epoch that lasts the session.
 // A claim is one atomic fetch-and-add plus a flush: about half a microsecond between ranks of
 // one node (osc sm) and a few microseconds with hardware atomics across nodes (osc ucx or rdma
@@ -10,12 +10,11 @@
 
 #include <cstdint>
 
-#include "agent/step_pool.hpp"
 #include "antdt/comm.hpp"
 
 namespace antdt::detail {
 
-class RmaStepPool final : public agent::StepPool {
+class RmaStepPool {
  public:
   // Collective over `comm` (which must outlive the pool).
   explicit RmaStepPool(const Communicator& comm);
@@ -23,10 +22,12 @@ class RmaStepPool final : public agent::StepPool {
   RmaStepPool& operator=(const RmaStepPool&) = delete;
   // Frees the window (collective) unless an exception is unwinding, when a peer may never
   // come: the process is about to end then, and MPI reclaims it.
-  ~RmaStepPool() override;
+  ~RmaStepPool();
 
-  std::int64_t claim(std::int64_t want, std::int64_t global_batch, std::int64_t& claimed_before) override;
-  [[nodiscard]] std::int64_t claimed() override;
+  // Claims up to `want` of this step's `global_batch` samples; returns how many it got (0: all
+  // are claimed) and sets `claimed_before` to what had been claimed before.
+  std::int64_t claim(std::int64_t want, std::int64_t global_batch, std::int64_t& claimed_before);
+  [[nodiscard]] std::int64_t claimed();
   // Rank 0, between steps (after every rank's report, before the replies): the next step's
   // pool starts empty.
   void reset();

@@ -9,17 +9,10 @@
 #include <string_view>
 #include <vector>
 
+#include "antdt/options.hpp"
 #include "antdt/plan.hpp"
 
 namespace antdt {
-
-// alpha: latency of one allreduce (s); beta: seconds per byte on the slowest link (1/bandwidth);
-// gradient_bytes: bytes reduced per step (0: the allreduce costs its latency alpha only).
-struct CostModelParams {
-  double alpha = 20e-6;
-  double beta = 1.0 / 5e9;
-  std::int64_t gradient_bytes = 0;
-};
 
 // Predicted step time = max_i (a_i + b_i / x_i) + allreduce(p), where x_i is rank i's compute
 // throughput (samples/s), a_i its fixed per-step seconds (its data wait plus the fixed part of
