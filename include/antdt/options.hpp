@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "antdt/emulation.hpp"
+
 namespace antdt {
 
 // alpha: latency of one allreduce (s); beta: seconds per byte on the slowest link (1/bandwidth);
@@ -85,6 +87,45 @@ struct RestartDecision {
   double gain_seconds = 0.0;  // remaining x (1/x_now - 1/x_after)
   double cost_seconds = 0.0;  // measured restart cost
   std::string reason;         // one line with all of the above
+};
+
+// How the ranks of a pooled step (nd) learn that its B samples are done (docs/nd.md): counter
+// (one-sided atomics on rank 0: exactly B), deadline (a predicted compute time; for jobs across
+// nodes), or automatic (counter on one node, else deadline).
+enum class PoolMechanism : std::uint8_t { automatic, counter, deadline };
+
+// What a Session (and a Job) trains: the data set size, the schedule, the policy, the
+// emulation and the step timeout. Every rank passes the same values (the micro-batch cap and
+// the node may differ).
+struct SessionOptions {
+  std::int64_t dataset_size = 0;     // N samples, indices [0, N)
+  std::int64_t global_batch = 0;     // B samples per step across all ranks
+  std::int64_t micro_batch_cap = 0;  // this rank's m_i (most samples per micro-step); 0 = global_batch
+  std::int64_t shard_size = 0;       // DDS shard length; 0 = about 10 micro-batches
+  std::uint64_t seed = 0;            // data order (shard shuffle) seed
+  bool shuffle_shards = true;
+  bool shuffle_within_shard = false;
+  std::int64_t max_epochs = 0;   // 0 = unlimited (stop by steps)
+  std::int64_t max_steps = 0;    // 0 = unlimited (stop by epochs)
+  int prefetch_steps = 2;        // shards are granted this many steps ahead
+  ControllerOptions controller;  // policy, hysteresis, windows (global_batch/caps are filled in)
+  // Policy static only: this split b_i (one per rank, summing to global_batch) instead of equal
+  // batches, e.g. the best fixed split found offline to compare dd against. Empty: equal.
+  std::vector<std::int64_t> fixed_split;
+  int backup_workers = -1;   // pooled policies (nd): ranks a step may do without (docs/nd.md);
+                             // -1: 1, or 0 on a single rank
+  int chunks_per_share = 8;  // pooled policies: a micro-chunk is about b_i / this
+  double first_chunk = 0.0;  // pooled policies: a step's first chunk is at least this part of b_i, in [0, 1)
+  PoolMechanism pool_mechanism = PoolMechanism::automatic;  // pooled policies: counter or deadline
+  EmulationOptions emulation;                               // straggler emulation (tests, benchmarks)
+  std::int64_t gradient_bytes = 0;                          // size of the reduced buffer, for the cost model
+  double device_prior = 0.0;  // this rank's relative speed prior (gpu_relative_throughput),
+                              // 0 = unknown; seeds the first split before any measurement
+  std::string node_name;      // this rank's node (LaunchInfo::node_name); "" = discover it
+  // Seconds rank 0 waits at a step's reduction for the other ranks before it names the ones
+  // that did not arrive and every rank throws StallError (docs/errors.md); 0: wait forever,
+  // inside the blocking collectives. Waiting ranks sleep between polls instead of spinning.
+  double step_timeout_seconds = 600.0;
 };
 
 // The policies a ControllerOptions::policy may name ("auto", "dd", "nd", "static", ...), sorted.

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "antdt/options.hpp"
+
 namespace antdt {
 
 // What one rank measured in one step. Compute is timed up to the moment the local gradients
@@ -57,7 +59,6 @@ struct Plan {
 //    finished by then (the step does fewer than B, the update stays exact); what it did not
 //    reach stays in its grants for the next step. No communication during the step: what a
 //    job across nodes uses.
-enum class PoolMechanism : std::uint8_t { automatic, counter, deadline };
 
 struct PoolOptions {
   bool pooled = false;       // steps are pooled (a policy that pools, such as nd)
