@@ -34,6 +34,9 @@ struct Plan {
   std::vector<std::int32_t> accumulation;     // k_i: micro-steps per step
   std::string reason;                         // why the controller issued it
   std::int64_t version = 0;                   // increases by one with every new plan
+  // Its steps are pooled (docs/nd.md): every rank claims micro-chunks of B until B are claimed,
+  // and b_i is rank i's expected share. Only where the job has a pool (PoolOptions::pooled).
+  bool pooled = false;
 
   [[nodiscard]] int world_size() const noexcept { return static_cast<int>(batch.size()); }
   // Sizes of rank i's micro-batches for a full share: split_micro_batches(b_i, m_i), k_i parts.
@@ -61,7 +64,7 @@ struct Plan {
 //    job across nodes uses.
 
 struct PoolOptions {
-  bool pooled = false;       // steps are pooled (a policy that pools, such as nd)
+  bool pooled = false;       // the job may pool steps (nd, auto): its pool exists; Plan::pooled says which do
   int backup_workers = 0;    // b: ranks a step may do without (any P - b of them can do B)
   int chunks_per_share = 8;  // a rank's chunk is about b_i / this (at most m_i)
   double first_chunk = 0.0;  // a rank's first chunk of a step is at least this part of b_i (0: none), in [0, 1)

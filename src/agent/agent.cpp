@@ -50,8 +50,9 @@ StepWork Agent::begin() {
   w.step = step_;
   w.epoch = completed_epochs_;
   w.plan_version = p.version;
-  w.pooled = pool_.pooled;
-  if (pool_.pooled) {
+  if (p.pooled && !pool_.pooled) throw UsageError("a plan pools its steps, but this job has no pool (PoolOptions)");
+  step_pooled_ = w.pooled = p.pooled;
+  if (step_pooled_) {
     samples_ = 0;
     micro_steps_ = 0;
     claimed_seen_ = 0;
@@ -77,7 +78,7 @@ void Agent::mark_data_ready() {
 
 void Agent::mark_compute_done(double measured) {
   if (compute_marked_) return;
-  if (pool_.pooled) {
+  if (step_pooled_) {
     chunk_done();  // a chunk the caller did not close
     // The chunks' compute was counted one by one; the rest of the step was data.
     data_wait_seconds_ = std::max(0.0, clock_->now() - t_begin_ - compute_seconds_);
@@ -106,7 +107,7 @@ double Agent::usual_rate() const {
 // waits for, stay short. The step's first chunk is at least first_chunk * b_i when that is
 // set: one large GEMM for the bulk of the share, and only the tail in small claimed chunks.
 std::vector<std::int64_t> Agent::next_chunk(StepPool* pool) {
-  if (!in_step_ || !pool_.pooled) throw UsageError("Session::next_chunk outside a pooled step (policy nd)");
+  if (!in_step_ || !step_pooled_) throw UsageError("Session::next_chunk outside a pooled step (StepWork::pooled)");
   if (chunk_ > 0) chunk_done();
   const Plan& p = plan();
   const auto r = static_cast<std::size_t>(rank_);
@@ -179,7 +180,7 @@ void Agent::chunk_done(double measured) {
 protocol::StepReport Agent::report(double loss_sum, std::int64_t correct) {
   if (!in_step_) throw UsageError("Session::end_step called without begin_step");
   mark_compute_done();
-  if (pool_.pooled && samples_ > 0 && compute_seconds_ > 0.0) {
+  if (step_pooled_ && samples_ > 0 && compute_seconds_ > 0.0) {
     recent_rates_.push_back(static_cast<double>(samples_) / compute_seconds_);
     if (recent_rates_.size() > kRateWindow) recent_rates_.erase(recent_rates_.begin());
   }
@@ -255,8 +256,9 @@ double Agent::probe(const std::function<void(std::int64_t)>& micro_step, std::in
 }
 
 std::vector<std::int64_t> Agent::next_samples() const {
-  if (finished_ || !plans_.has_plan() || pool_.pooled) return {};
+  if (finished_ || !plans_.has_plan()) return {};
   const Plan& p = plans_.at(in_step_ ? step_ + 1 : step_);
+  if (p.pooled) return {};
   const auto r = static_cast<std::size_t>(rank_);
   return r < p.batch.size() ? client_.peek(p.batch[r]) : std::vector<std::int64_t>{};
 }

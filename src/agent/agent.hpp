@@ -148,6 +148,7 @@ class Agent {
 
   // The open step.
   bool in_step_ = false;
+  bool step_pooled_ = false;  // its plan pools it
   bool compute_marked_ = false;
   double t_begin_ = 0.0, t_data_ready_ = 0.0;
   double data_wait_seconds_ = 0.0, compute_seconds_ = 0.0, reduce_seconds_ = 0.0;

@@ -14,8 +14,7 @@
 
 #include "antdt/error.hpp"
 #include "controller/model_inputs.hpp"
-#include "core/bytes.hpp"
-#include "core/plan_codec.hpp"
+#include "core/blob_fields.hpp"
 #include "monitor/robust_stats.hpp"
 
 namespace antdt {
@@ -23,9 +22,10 @@ namespace antdt {
 namespace {
 
 constexpr std::uint32_t kControllerMagic = 0x4c544341;  // "ACTL"
-// 2: adds each rank's was-fine flag and the restarts decided (format 1 is read as none).
-// 3: adds the cost model's recent prediction errors (formats 1 and 2 are read as none).
-constexpr std::uint32_t kControllerFormat = 3;
+// 2: adds each rank's was-fine flag and the restarts decided. 3: adds the cost model's recent
+// prediction errors. 4: plans say whether their steps are pooled, and one field list serves
+// both directions; formats 1 to 3 are refused with a clear error.
+constexpr std::uint32_t kControllerFormat = 4;
 
 void validate(const ControllerOptions& o) {
   if (o.window < 1) throw UsageError("controller: window must be at least 1 step, got " + std::to_string(o.window));
@@ -52,6 +52,7 @@ Controller::Controller(ControllerOptions options, Plan initial)
   if (initial.world_size() < 1) throw UsageError("controller: the initial plan has no ranks");
   resolve_options(initial);
   policy_ = make_policy(options_.policy);
+  initial.pooled = policy_->starts_pooled();
   if (initial.reason.empty()) initial.reason = "initial";
   history_.push_back(checked(std::move(initial)));
   slow_streak_.assign(static_cast<std::size_t>(plan().world_size()), 0);
@@ -103,6 +104,7 @@ Plan Controller::checked(Plan p) const {
     throw UsageError(who + "plan batches sum to " + std::to_string(sum) + ", the global batch is " +
                      std::to_string(options_.global_batch));
   }
+  if (p.pooled && !policy_->pools()) throw UsageError(who + "plan pools its steps, but the policy does not pool");
   p.global_batch = options_.global_batch;
   p.micro_batch_cap = options_.caps;
   update_accumulation(p);
@@ -256,8 +258,9 @@ std::optional<Plan> Controller::on_step(std::int64_t step, std::span<const RankS
   if (policy_->restarts()) consider_restart(step, outlook);
   std::optional<Plan> decided = policy_->decide(context);
   if (!decided) return std::nullopt;
+  if (!policy_->switches_pooling()) decided->pooled = plan().pooled;
   Plan next = checked(std::move(*decided));
-  if (next.batch == plan().batch) return std::nullopt;
+  if (next.batch == plan().batch && next.pooled == plan().pooled) return std::nullopt;
   next.effective_step = context.effective_step();
   next.version = plan().version + 1;
   if (next.reason.empty()) next.reason = "policy " + policy_->name();
@@ -328,6 +331,7 @@ void Controller::consider_restart(std::int64_t step, const StepOutlook& outlook)
 }
 
 const Plan& Controller::install_plan(Plan p, std::int64_t decided_at_step) {
+  p.pooled = plan().pooled;  // whether steps are pooled is the policy's decision
   Plan next = checked(std::move(p));
   next.version = plan().version + 1;
   if (next.reason.empty()) next.reason = "installed";
@@ -338,109 +342,109 @@ const Plan& Controller::install_plan(Plan p, std::int64_t decided_at_step) {
 
 double Controller::predicted_step_seconds() const { return predict(plan_at(last_step_ + 1)).second; }
 
+namespace {
+
+// What a Controller saves, listed once for serialize and restore (core/blob_fields.hpp).
+struct SavedController {
+  std::int32_t world = 0;
+  std::string policy;
+  std::int64_t global_batch = 0;
+  std::vector<std::int64_t> caps;
+  std::vector<Plan> history;
+  std::vector<std::byte> monitor;  // Monitor::serialize
+  std::vector<int> slow_streak;
+  std::int64_t last_change = -1, last_step = -1;
+  std::vector<std::byte> policy_state;  // PolicyPlugin::save_state
+  std::vector<std::uint8_t> was_fine;
+  std::int32_t restarts = 0;
+  std::int64_t last_restart = -1;
+  std::vector<double> errors;  // the cost model's recent prediction errors, oldest first
+
+  template <class Self, class F>
+  static void fields(Self& m, F&& f) {
+    f(m.world), f(m.policy), f(m.global_batch), f(m.caps), f(m.history), f(m.monitor), f(m.slow_streak),
+        f(m.last_change), f(m.last_step), f(m.policy_state), f(m.was_fine), f(m.restarts), f(m.last_restart),
+        f(m.errors);
+  }
+};
+
+}  // namespace
+
 std::vector<std::byte> Controller::serialize() const {
-  detail::ByteWriter w;
-  w.put(kControllerMagic);
-  w.put(kControllerFormat);
-  w.put<std::int32_t>(plan().world_size());
-  w.put_string(options_.policy);
-  w.put(options_.global_batch);
-  w.put_vector(options_.caps);
-  w.put<std::uint64_t>(history_.size());
-  for (const auto& p : history_) encode_plan(p, w);
-  w.put_vector(monitor_.serialize());
-  w.put_vector(slow_streak_);
-  w.put(last_change_step_);
-  w.put(last_step_);
-  w.put_vector(policy_->save_state());
-  w.put_vector(was_fine_);
-  w.put<std::int32_t>(restarts_decided_);
-  w.put(last_restart_step_);
-  w.put_vector(errors_);
-  return w.take();
+  SavedController saved;
+  saved.world = plan().world_size();
+  saved.policy = options_.policy;
+  saved.global_batch = options_.global_batch;
+  saved.caps = options_.caps;
+  saved.history = history_;
+  saved.monitor = monitor_.serialize();
+  saved.slow_streak = slow_streak_;
+  saved.last_change = last_change_step_;
+  saved.last_step = last_step_;
+  saved.policy_state = policy_->save_state();
+  saved.was_fine = was_fine_;
+  saved.restarts = restarts_decided_;
+  saved.last_restart = last_restart_step_;
+  saved.errors = errors_;
+  return detail::write_blob(kControllerMagic, kControllerFormat, saved);
 }
 
 Controller Controller::restore(std::span<const std::byte> bytes, ControllerOptions options) {
   validate(options);
   try {
-    detail::ByteReader r(bytes);
-    if (r.get<std::uint32_t>() != kControllerMagic)
-      throw CheckpointError("controller state: not a controller blob (bad magic)");
-    const auto format = r.get<std::uint32_t>();
-    if (format < 1 || format > kControllerFormat) {
-      throw CheckpointError("controller state: format " + std::to_string(format) + " is not supported (expected 1 to " +
-                            std::to_string(kControllerFormat) + ")");
-    }
-    const int saved_world = r.get<std::int32_t>();
-    const std::string saved_policy = r.get_string();
-    const auto saved_batch = r.get<std::int64_t>();
-    const auto saved_caps = r.get_vector<std::int64_t>();
-    const auto plans = r.get<std::uint64_t>();
-    if (plans == 0 || plans > r.remaining()) throw CheckpointError("controller state: bad plan history length");
-    std::vector<Plan> history;
-    for (std::uint64_t k = 0; k < plans; ++k) {
-      history.push_back(decode_plan(r));
-      if (const auto problem = plan_problem(history.back()); !problem.empty()) {
+    auto saved = detail::read_blob<SavedController>(
+        bytes, kControllerMagic, kControllerFormat, "controller state",
+        "it was written by an older antdt (before plans said whether their steps are pooled): resume with that "
+        "version, or start the run afresh");
+    if (saved.history.empty()) throw CheckpointError("controller state: no plan history");
+    for (std::size_t k = 0; k < saved.history.size(); ++k) {
+      if (const auto problem = plan_problem(saved.history[k]); !problem.empty()) {
         throw CheckpointError("controller state: plan " + std::to_string(k) + " of the history is invalid: " + problem);
       }
     }
-    Monitor monitor = Monitor::restore(r.get_vector<std::byte>());
-    auto streaks = r.get_vector<int>();
-    const auto last_change = r.get<std::int64_t>();
-    const auto last_step = r.get<std::int64_t>();
-    const auto policy_state = r.get_vector<std::byte>();
-    std::vector<std::uint8_t> was_fine(streaks.size(), 0);
-    std::int32_t restarts = 0;
-    std::int64_t last_restart = -1;
-    if (format >= 2) {
-      was_fine = r.get_vector<std::uint8_t>();
-      restarts = r.get<std::int32_t>();
-      last_restart = r.get<std::int64_t>();
-    }
-    std::vector<double> errors;
-    if (format >= 3) errors = r.get_vector<double>();
-    if (std::any_of(errors.begin(), errors.end(), [](double e) { return !(e >= 0.0 && e <= 1e12); }))
+    Monitor monitor = Monitor::restore(saved.monitor);
+    if (std::any_of(saved.errors.begin(), saved.errors.end(), [](double e) { return !(e >= 0.0 && e <= 1e12); }))
       throw CheckpointError("controller state: a recorded prediction error is not a number >= 0");
-    if (!r.done()) throw CheckpointError("controller state: " + std::to_string(r.remaining()) + " trailing bytes");
-    if (saved_world < 1 || history.back().world_size() != saved_world || monitor.world_size() != saved_world ||
-        static_cast<int>(streaks.size()) != saved_world || was_fine.size() != streaks.size()) {
+    if (saved.world < 1 || saved.history.back().world_size() != saved.world || monitor.world_size() != saved.world ||
+        static_cast<int>(saved.slow_streak.size()) != saved.world ||
+        saved.was_fine.size() != saved.slow_streak.size()) {
       throw CheckpointError("controller state: inconsistent world sizes");
     }
-    if (restarts < 0 || last_restart < -1 || last_restart > last_step ||
-        std::any_of(was_fine.begin(), was_fine.end(), [](std::uint8_t f) { return f > 1; })) {
-      throw CheckpointError("controller state: " + std::to_string(restarts) + " restarts, the last at step " +
-                            std::to_string(last_restart) + ", or a was-fine flag out of range");
+    if (saved.restarts < 0 || saved.last_restart < -1 || saved.last_restart > saved.last_step ||
+        std::any_of(saved.was_fine.begin(), saved.was_fine.end(), [](std::uint8_t f) { return f > 1; })) {
+      throw CheckpointError("controller state: " + std::to_string(saved.restarts) + " restarts, the last at step " +
+                            std::to_string(saved.last_restart) + ", or a was-fine flag out of range");
     }
     // The options in force when saved are those of the latest plan (checked() makes them so).
-    if (saved_batch != history.back().global_batch || saved_caps != history.back().micro_batch_cap) {
+    if (saved.global_batch != saved.history.back().global_batch || saved.caps != saved.history.back().micro_batch_cap) {
       throw CheckpointError("controller state: the saved global batch or caps differ from the latest plan's");
     }
     // Steps are -1 before any; a streak grows by one per step, so at INT_MAX it would overflow.
-    if (last_step < -1 || last_step == std::numeric_limits<std::int64_t>::max() || last_change < -1) {
-      throw CheckpointError("controller state: last step " + std::to_string(last_step) + " or last change " +
-                            std::to_string(last_change) + " out of range [-1, 2^63 - 1)");
+    if (saved.last_step < -1 || saved.last_step == std::numeric_limits<std::int64_t>::max() || saved.last_change < -1) {
+      throw CheckpointError("controller state: last step " + std::to_string(saved.last_step) + " or last change " +
+                            std::to_string(saved.last_change) + " out of range [-1, 2^63 - 1)");
     }
     // The monitor records only steps the controller saw: none after its last step.
-    if (monitor.last_step() > last_step) {
+    if (monitor.last_step() > saved.last_step) {
       throw CheckpointError("controller state: the monitor recorded step " + std::to_string(monitor.last_step()) +
-                            ", after the controller's last step " + std::to_string(last_step));
+                            ", after the controller's last step " + std::to_string(saved.last_step));
     }
-    for (const int s : streaks) {
+    for (const int s : saved.slow_streak) {
       if (s < 0 || s == std::numeric_limits<int>::max())
         throw CheckpointError("controller state: slow streak " + std::to_string(s) + " outside [0, 2^31 - 1)");
     }
 
     const int world = options.world_size > 0    ? options.world_size
                       : options.caps.size() > 1 ? static_cast<int>(options.caps.size())
-                                                : saved_world;
+                                                : saved.world;
     if (options.world_size < 0) throw UsageError("controller restore: world_size must be >= 0");
     options.world_size = world;
-    if (options.global_batch == 0) options.global_batch = saved_batch;
+    if (options.global_batch == 0) options.global_batch = saved.global_batch;
     if (options.caps.empty()) {
-      if (world == saved_world) {
-        options.caps = saved_caps;
-      } else if (std::adjacent_find(saved_caps.begin(), saved_caps.end(), std::not_equal_to<>()) == saved_caps.end()) {
-        options.caps.assign(static_cast<std::size_t>(world), saved_caps.front());
+      if (world == saved.world) {
+        options.caps = saved.caps;
+      } else if (std::adjacent_find(saved.caps.begin(), saved.caps.end(), std::not_equal_to<>()) == saved.caps.end()) {
+        options.caps.assign(static_cast<std::size_t>(world), saved.caps.front());
       } else {
         throw UsageError("controller restore onto " + std::to_string(world) +
                          " ranks: the saved micro-batch caps differ per rank; pass caps for the new world");
@@ -452,20 +456,20 @@ Controller Controller::restore(std::span<const std::byte> bytes, ControllerOptio
                        std::to_string(options.caps.size()) + " micro-batch caps");
     }
 
-    const bool same_world = world == saved_world;
+    const bool same_world = world == saved.world;
     const bool same_monitor = same_world && monitor.window() == options.window;
     Controller c(Restored{}, options, same_monitor ? std::move(monitor) : Monitor(world, options.window));
     c.policy_ = make_policy(c.options_.policy);
-    if (same_world && c.options_.policy == saved_policy) c.policy_->load_state(policy_state);
-    c.history_ = std::move(history);
-    c.last_step_ = last_step;
+    if (same_world && c.options_.policy == saved.policy) c.policy_->load_state(saved.policy_state);
+    c.history_ = std::move(saved.history);
+    c.last_step_ = saved.last_step;
     c.assessments_.assign(static_cast<std::size_t>(world), RankAssessment{});
     if (same_world) {
-      c.slow_streak_ = std::move(streaks);
-      c.was_fine_ = std::move(was_fine);
-      c.last_change_step_ = last_change;
+      c.slow_streak_ = std::move(saved.slow_streak);
+      c.was_fine_ = std::move(saved.was_fine);
+      c.last_change_step_ = saved.last_change;
       if (same_monitor) {
-        c.errors_ = std::move(errors);
+        c.errors_ = std::move(saved.errors);
         if (static_cast<int>(c.errors_.size()) > c.options_.window)
           c.errors_.erase(c.errors_.begin(), c.errors_.end() - c.options_.window);
       }
@@ -476,13 +480,24 @@ Controller Controller::restore(std::span<const std::byte> bytes, ControllerOptio
     }
     // A restart's count and step stay with the run, whatever the new world: that is what keeps
     // a job from restarting again and again.
-    c.restarts_decided_ = restarts;
-    c.last_restart_step_ = last_restart;
+    c.restarts_decided_ = saved.restarts;
+    c.last_restart_step_ = saved.last_restart;
 
     const Plan& last = c.history_.back();
+    // The restored policy's mode: a policy that switches keeps the one in force; others their own.
+    const bool pooled = c.policy_->switches_pooling() ? last.pooled && c.policy_->pools() : c.policy_->starts_pooled();
     const bool same_shape =
         same_world && last.global_batch == c.options_.global_batch && last.micro_batch_cap == c.options_.caps;
-    if (same_shape) return c;
+    if (same_shape && last.pooled == pooled) return c;
+    if (same_shape) {  // another policy on the same job: the same split, in its mode
+      Plan next = last;
+      next.pooled = pooled;
+      next.reason = "restored under policy " + c.options_.policy + ": steps " + (pooled ? "pooled" : "not pooled");
+      next.version = last.version + 1;
+      next.effective_step = saved.last_step + 1;
+      c.history_.push_back(c.checked(std::move(next)));
+      return c;
+    }
     // Elastic restart or changed batch/caps: re-plan. Without measurements on the new world
     // an equal split is the only honest choice; the Session may install a probed plan.
     Plan next;
@@ -495,15 +510,16 @@ Controller Controller::restore(std::span<const std::byte> bytes, ControllerOptio
         x[static_cast<std::size_t>(i)] = m.throughput > 0.0 ? m.throughput : fill;
         fixed[static_cast<std::size_t>(i)] = m.throughput > 0.0 ? m.fixed : c.monitor_.data_wait_seconds(i);
       }
-      next = plan_split(c.options_.global_batch, x, c.options_.caps, last_step + 1, fixed);
+      next = plan_split(c.options_.global_batch, x, c.options_.caps, saved.last_step + 1, fixed);
       reason << "restored with global batch " << c.options_.global_batch << ": re-split by measured throughput";
     } else {
-      next = equal_plan(c.options_.global_batch, c.options_.caps, last_step + 1);
-      reason << "restored onto " << world << " ranks (was " << saved_world << "): equal split until measured";
+      next = equal_plan(c.options_.global_batch, c.options_.caps, saved.last_step + 1);
+      reason << "restored onto " << world << " ranks (was " << saved.world << "): equal split until measured";
     }
     next.reason = reason.str();
+    next.pooled = pooled;
     next.version = last.version + 1;
-    next.effective_step = last_step + 1;
+    next.effective_step = saved.last_step + 1;
     c.history_.push_back(c.checked(std::move(next)));
     return c;
   } catch (const CheckpointError&) {

@@ -57,9 +57,15 @@ class PolicyPlugin {
   // Whether the policy moves work between ranks at all. One that does not (static, plain BSP)
   // keeps equal shares: no GPU-generation prior seeds its first split and no probe is run.
   [[nodiscard]] virtual bool rebalances() const { return true; }
-  // Whether steps are pooled (every rank claims micro-chunks of B until B are claimed) instead
-  // of split into fixed shares; nd does (docs/nd.md).
+  // Whether steps may be pooled (every rank claims micro-chunks of B until B are claimed)
+  // instead of split into fixed shares (docs/nd.md): the job then provides the pool from the
+  // start. nd and auto do. Which steps are pooled is each plan's `pooled` flag.
   [[nodiscard]] virtual bool pools() const { return false; }
+  // Whether the first plan's steps are pooled (nd: always; auto: not until transients cost more).
+  [[nodiscard]] virtual bool starts_pooled() const { return pools(); }
+  // Whether decide() chooses each plan's `pooled` flag (auto). Otherwise every plan keeps the
+  // mode of the first (the Controller sets it).
+  [[nodiscard]] virtual bool switches_pooling() const { return false; }
   // Whether the Controller may decide a kill-restart for this policy's job (nd does).
   [[nodiscard]] virtual bool restarts() const { return false; }
   [[nodiscard]] virtual std::vector<std::byte> save_state() const { return {}; }

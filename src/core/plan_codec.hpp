@@ -15,6 +15,7 @@ inline void encode_plan(const Plan& p, detail::ByteWriter& w) {
   w.put_vector(p.micro_batch_cap);
   w.put_vector(p.accumulation);
   w.put_string(p.reason);
+  w.put<std::uint8_t>(p.pooled ? 1 : 0);
 }
 
 inline Plan decode_plan(detail::ByteReader& r) {
@@ -26,6 +27,9 @@ inline Plan decode_plan(detail::ByteReader& r) {
   p.micro_batch_cap = r.get_vector<std::int64_t>();
   p.accumulation = r.get_vector<std::int32_t>();
   p.reason = r.get_string();
+  const auto pooled = r.get<std::uint8_t>();
+  if (pooled > 1) throw Error("plan record is inconsistent: its pooled flag is " + std::to_string(pooled));
+  p.pooled = pooled == 1;
   if (p.micro_batch_cap.size() != p.batch.size() || p.accumulation.size() != p.batch.size()) {
     throw Error("plan record is inconsistent: batch, cap and accumulation lengths differ");
   }

@@ -29,7 +29,7 @@
 #include <string>
 
 #include "antdt/error.hpp"
-#include "core/bytes.hpp"
+#include "core/blob_fields.hpp"
 #include "monitor/robust_stats.hpp"
 
 namespace antdt {
@@ -37,8 +37,9 @@ namespace antdt {
 namespace {
 
 constexpr std::uint32_t kMonitorMagic = 0x4e4f4d41;  // "AMON"
-// 2: adds each rank's compute-model fits. Format 1 is read as a monitor without fits.
-constexpr std::uint32_t kMonitorFormat = 2;
+// 2: adds each rank's compute-model fits. 3: one field list for both directions (each rank's
+// fits with a 64-bit count); formats 1 and 2 are refused with a clear error.
+constexpr std::uint32_t kMonitorFormat = 3;
 
 // A fitted intercept below this fraction of the rank's current compute time is noise.
 constexpr double kSignificantIntercept = 0.02;
@@ -503,124 +504,128 @@ void Monitor::rebuild() {
   summarise_steps();
 }
 
+namespace {
+
+// One recorded step of one rank, field by field: RankStepStats has padding, which must not leak
+// into the checkpoint.
+struct SavedEntry {
+  double compute_seconds = 0.0, data_wait_seconds = 0.0, reduce_seconds = 0.0, idle_seconds = 0.0;
+  std::int64_t samples = 0;
+  std::int32_t micro_steps = 0;
+
+  template <class Self, class F>
+  static void fields(Self& m, F&& f) {
+    f(m.compute_seconds), f(m.data_wait_seconds), f(m.reduce_seconds), f(m.idle_seconds), f(m.samples),
+        f(m.micro_steps);
+  }
+};
+
+// What a Monitor saves, listed once for serialize and restore (core/blob_fields.hpp).
+struct SavedMonitor {
+  std::int32_t world = 0, window = 0;
+  std::int64_t steps_recorded = 0, last_step = -1;
+  double last_step_seconds = 0.0;
+  std::vector<std::vector<SavedEntry>> windows;  // per rank, oldest first
+  std::vector<double> step_time, idle_fraction;  // per step, oldest first
+  std::vector<std::vector<double>> fits;         // per rank, its compute-model intercept fits, oldest first
+
+  template <class Self, class F>
+  static void fields(Self& m, F&& f) {
+    f(m.world), f(m.window), f(m.steps_recorded), f(m.last_step), f(m.last_step_seconds), f(m.windows), f(m.step_time),
+        f(m.idle_fraction), f(m.fits);
+  }
+};
+
+}  // namespace
+
 std::vector<std::byte> Monitor::serialize() const {
-  detail::ByteWriter w;
-  w.put(kMonitorMagic);
-  w.put(kMonitorFormat);
-  w.put<std::int32_t>(world_size_);
-  w.put<std::int32_t>(window_);
-  w.put(steps_recorded_);
-  w.put(last_step_);
-  w.put(last_step_seconds_);
-  // Field by field: RankStepStats has padding, which must not leak into the checkpoint.
+  SavedMonitor saved;
+  saved.world = world_size_;
+  saved.window = window_;
+  saved.steps_recorded = steps_recorded_;
+  saved.last_step = last_step_;
+  saved.last_step_seconds = last_step_seconds_;
+  saved.windows.resize(static_cast<std::size_t>(world_size_));
+  saved.fits.resize(static_cast<std::size_t>(world_size_));
   for (std::size_t r = 0; r < static_cast<std::size_t>(world_size_); ++r) {
-    w.put<std::uint64_t>(static_cast<std::uint64_t>(filled_));
     for (int age = filled_ - 1; age >= 0; --age) {  // oldest first
       const RankStepStats& s = entry(r, age);
-      w.put(s.compute_seconds);
-      w.put(s.data_wait_seconds);
-      w.put(s.reduce_seconds);
-      w.put(s.idle_seconds);
-      w.put(s.samples);
-      w.put(s.micro_steps);
+      saved.windows[r].push_back(
+          {s.compute_seconds, s.data_wait_seconds, s.reduce_seconds, s.idle_seconds, s.samples, s.micro_steps});
     }
+    saved.fits[r].assign(&fits_[r * kFitsKept], &fits_[r * kFitsKept] + fit_count_[r]);
   }
-  w.put_vector(step_time_);
-  w.put_vector(idle_fraction_);
-  for (std::size_t r = 0; r < static_cast<std::size_t>(world_size_); ++r) {
-    w.put<std::uint8_t>(fit_count_[r]);
-    for (int k = 0; k < fit_count_[r]; ++k) w.put(fits_[r * kFitsKept + static_cast<std::size_t>(k)]);
-  }
-  return w.take();
+  saved.step_time = step_time_;
+  saved.idle_fraction = idle_fraction_;
+  return detail::write_blob(kMonitorMagic, kMonitorFormat, saved);
 }
 
 Monitor Monitor::restore(std::span<const std::byte> bytes) {
   try {
-    detail::ByteReader r(bytes);
-    if (r.get<std::uint32_t>() != kMonitorMagic) throw CheckpointError("monitor state: not a monitor blob (bad magic)");
-    const auto format = r.get<std::uint32_t>();
-    if (format != 1 && format != kMonitorFormat) {
-      throw CheckpointError("monitor state: format " + std::to_string(format) + " is not supported (expected 1 to " +
-                            std::to_string(kMonitorFormat) + ")");
-    }
-    const int world = r.get<std::int32_t>();
-    const int window = r.get<std::int32_t>();
-    // After the 24 bytes of counters, every rank has an 8-byte entry count: the bytes bound
-    // the world size, so a corrupt header cannot allocate per-rank state for 2^31 ranks.
-    constexpr std::size_t kCounterBytes = 2 * sizeof(std::int64_t) + sizeof(double);
-    const std::size_t max_world = r.remaining() < kCounterBytes ? 0 : (r.remaining() - kCounterBytes) / 8;
-    constexpr std::size_t kEntryBytes = 4 * sizeof(double) + sizeof(std::int64_t) + sizeof(std::int32_t);
-    if (world < 1 || static_cast<std::size_t>(world) > max_world || window < 1 || window > kMaxWindow) {
-      throw CheckpointError("monitor state: world size " + std::to_string(world) + " (must be in [1, " +
-                            std::to_string(max_world) + "] for " + std::to_string(r.remaining()) +
-                            " bytes) or window " + std::to_string(window) + " (must be in [1, " +
+    const auto saved = detail::read_blob<SavedMonitor>(
+        bytes, kMonitorMagic, kMonitorFormat, "monitor state",
+        "it was written by an older antdt: resume with that version, or start the run afresh");
+    const int world = saved.world;
+    const int window = saved.window;
+    if (world < 1 || static_cast<std::size_t>(world) != saved.windows.size() ||
+        saved.fits.size() != saved.windows.size() || window < 1 || window > kMaxWindow) {
+      throw CheckpointError("monitor state: world size " + std::to_string(world) + " (with " +
+                            std::to_string(saved.windows.size()) + " windows and " + std::to_string(saved.fits.size()) +
+                            " fit lists) or window " + std::to_string(window) + " (must be in [1, " +
                             std::to_string(kMaxWindow) + "]) is out of range");
     }
     // The ring holds world x window entries, allocated whole, while a checkpoint taken early
     // holds fewer: a blob may ask for at most 64 cells per byte (or 2^20 cells), so corrupt
     // bytes cannot allocate gigabytes. A genuine one asks for far less.
     const auto cells = static_cast<std::size_t>(world) * static_cast<std::size_t>(window);
-    if (cells > std::max<std::size_t>(std::size_t{1} << 20, 64 * r.remaining())) {
+    if (cells > std::max<std::size_t>(std::size_t{1} << 20, 64 * bytes.size())) {
       throw CheckpointError("monitor state: " + std::to_string(world) + " ranks x window " + std::to_string(window) +
-                            " is more state than " + std::to_string(r.remaining()) + " bytes can describe");
+                            " is more state than " + std::to_string(bytes.size()) + " bytes can describe");
     }
-    Monitor m(world, window);
-    m.steps_recorded_ = r.get<std::int64_t>();
-    m.last_step_ = r.get<std::int64_t>();
-    m.last_step_seconds_ = r.get<double>();
     // Recorded steps are distinct and >= 0, so at most last_step + 1 of them (and the count
     // cannot overflow when the next step is recorded).
-    if (m.last_step_ < -1 || m.steps_recorded_ < 0 || m.steps_recorded_ - 1 > m.last_step_) {
-      throw CheckpointError("monitor state: " + std::to_string(m.steps_recorded_) + " steps recorded up to last step " +
-                            std::to_string(m.last_step_) +
+    if (saved.last_step < -1 || saved.steps_recorded < 0 || saved.steps_recorded - 1 > saved.last_step) {
+      throw CheckpointError("monitor state: " + std::to_string(saved.steps_recorded) +
+                            " steps recorded up to last step " + std::to_string(saved.last_step) +
                             "; expected last step >= -1 and at most last step + 1 steps");
     }
-    for (std::size_t rank = 0; rank < static_cast<std::size_t>(world); ++rank) {
-      const auto n = r.get<std::uint64_t>();
-      if (n > static_cast<std::uint64_t>(window) || n > r.remaining() / kEntryBytes) {
-        throw CheckpointError("monitor state: a rank's window holds " + std::to_string(n) + " steps; at most window " +
-                              std::to_string(window) + " and what the remaining " + std::to_string(r.remaining()) +
-                              " bytes hold");
+    Monitor m(world, window);
+    m.steps_recorded_ = saved.steps_recorded;
+    m.last_step_ = saved.last_step;
+    m.last_step_seconds_ = saved.last_step_seconds;
+    // Every step adds an entry to every rank: their windows hold the same number of steps.
+    const std::size_t n = saved.windows.front().size();
+    if (n > static_cast<std::size_t>(std::min<std::int64_t>(m.steps_recorded_, window)))
+      throw CheckpointError("monitor state: the windows hold more steps than were recorded or the window holds");
+    for (std::size_t rank = 0; rank < saved.windows.size(); ++rank) {
+      const auto& w = saved.windows[rank];
+      if (w.size() != n) {
+        throw CheckpointError("monitor state: rank " + std::to_string(rank) + "'s window holds " +
+                              std::to_string(w.size()) + " steps, rank 0's " + std::to_string(n));
       }
-      // Every step adds an entry to every rank: their windows hold the same number of steps.
-      if (rank > 0 && n != static_cast<std::uint64_t>(m.filled_)) {
-        throw CheckpointError("monitor state: rank " + std::to_string(rank) + "'s window holds " + std::to_string(n) +
-                              " steps, rank 0's " + std::to_string(m.filled_));
-      }
-      m.filled_ = static_cast<int>(n);
       for (std::size_t k = 0; k < n; ++k) {
-        RankStepStats& s = m.ring_[m.cell_of(k, rank)];  // oldest first from slot 0
-        s.compute_seconds = r.get<double>();
-        s.data_wait_seconds = r.get<double>();
-        s.reduce_seconds = r.get<double>();
-        s.idle_seconds = r.get<double>();
-        s.samples = r.get<std::int64_t>();
-        s.micro_steps = r.get<std::int32_t>();
+        const SavedEntry& e = w[k];
+        const RankStepStats s{e.compute_seconds, e.data_wait_seconds, e.reduce_seconds,
+                              e.idle_seconds,    e.samples,           e.micro_steps};
         if (const char* why = implausible(s))
           throw CheckpointError(std::string("monitor state: a recorded step is out of range: ") + why);
+        m.ring_[m.cell_of(k, rank)] = s;  // oldest first from slot 0
       }
+      const auto& fits = saved.fits[rank];
+      if (fits.size() > static_cast<std::size_t>(kFitsKept))
+        throw CheckpointError("monitor state: " + std::to_string(fits.size()) + " compute-model fits, at most " +
+                              std::to_string(kFitsKept));
+      for (std::size_t k = 0; k < fits.size(); ++k) {
+        if (!(std::abs(fits[k]) <= static_cast<double>(kMaxSamples)))
+          throw CheckpointError("monitor state: a compute-model intercept is not a finite number of samples");
+        m.fits_[rank * kFitsKept + k] = fits[k];
+      }
+      m.fit_count_[rank] = static_cast<std::uint8_t>(fits.size());
     }
+    m.filled_ = static_cast<int>(n);
     m.next_slot_ = m.filled_ % window;
-    if (m.filled_ > static_cast<int>(std::min<std::int64_t>(m.steps_recorded_, window)))
-      throw CheckpointError("monitor state: the windows hold more steps than were recorded");
-    m.step_time_ = r.get_vector<double>();
-    m.idle_fraction_ = r.get_vector<double>();
-    if (format >= 2) {
-      for (std::size_t rank = 0; rank < static_cast<std::size_t>(world); ++rank) {
-        const auto count = r.get<std::uint8_t>();
-        if (count > kFitsKept)
-          throw CheckpointError("monitor state: " + std::to_string(count) + " compute-model fits, at most " +
-                                std::to_string(kFitsKept));
-        m.fit_count_[rank] = count;
-        for (int k = 0; k < count; ++k) {
-          const double phi = r.get<double>();
-          if (!(std::abs(phi) <= static_cast<double>(kMaxSamples)))
-            throw CheckpointError("monitor state: a compute-model intercept is not a finite number of samples");
-          m.fits_[rank * kFitsKept + static_cast<std::size_t>(k)] = phi;
-        }
-      }
-    }
-    if (!r.done()) throw CheckpointError("monitor state: " + std::to_string(r.remaining()) + " trailing bytes");
+    m.step_time_ = saved.step_time;
+    m.idle_fraction_ = saved.idle_fraction;
     if (m.step_time_.size() > static_cast<std::size_t>(window) ||
         m.idle_fraction_.size() > static_cast<std::size_t>(window)) {
       throw CheckpointError("monitor state: more step times than the window of " + std::to_string(window));

@@ -58,14 +58,15 @@ bool StepCoordinator::reached_end_after(std::int64_t next_step) const {
 // What each rank will take per step from the next step on: the plan in force, or the issued
 // one where it asks for more (it may take effect before the next top-up).
 std::vector<std::int64_t> StepCoordinator::coming_demand() const {
-  std::vector<std::int64_t> demand = plans_.current().batch;
+  const auto world = static_cast<int>(plans_.current().batch.size());
+  const auto demand_of = [&](const Plan& p, std::size_t i) {  // a rank may claim more than its share in a pooled step
+    return p.pooled ? pooled_claim_cap(p.batch[i], p.global_batch, world, options_.pool.backup_workers) : p.batch[i];
+  };
+  std::vector<std::int64_t> demand(static_cast<std::size_t>(world));
+  for (std::size_t i = 0; i < demand.size(); ++i) demand[i] = demand_of(plans_.current(), i);
   if (const auto& next = plans_.pending()) {
     for (std::size_t i = 0; i < demand.size() && i < next->batch.size(); ++i)
-      demand[i] = std::max(demand[i], next->batch[i]);
-  }
-  if (options_.pool.pooled) {  // a rank may claim more than its share in a pooled step
-    const auto world = static_cast<int>(demand.size());
-    for (auto& d : demand) d = pooled_claim_cap(d, plans_.current().global_batch, world, options_.pool.backup_workers);
+      demand[i] = std::max(demand[i], demand_of(*next, i));
   }
   return demand;
 }

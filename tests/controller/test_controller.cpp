@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <numeric>
 #include <vector>
@@ -51,7 +52,7 @@ bool same_plans(const std::vector<Plan>& a, const std::vector<Plan>& b) {
   if (a.size() != b.size()) return false;
   for (std::size_t k = 0; k < a.size(); ++k) {
     if (a[k].batch != b[k].batch || a[k].effective_step != b[k].effective_step || a[k].version != b[k].version ||
-        a[k].reason != b[k].reason || a[k].accumulation != b[k].accumulation) {
+        a[k].reason != b[k].reason || a[k].accumulation != b[k].accumulation || a[k].pooled != b[k].pooled) {
       return false;
     }
   }
@@ -334,6 +335,19 @@ TEST(Controller, RestoreContinuesExactly) {
   bad = bytes;
   bad[1] = std::byte{0x7f};
   EXPECT_THROW((void)Controller::restore(bad, o), antdt::CheckpointError);
+  // A checkpoint of format 3 (before plans said whether they pool) is refused, and says why.
+  bad = bytes;
+  const std::uint32_t three = 3;
+  std::memcpy(bad.data() + 4, &three, sizeof three);
+  try {
+    (void)Controller::restore(bad, o);
+    ADD_FAILURE() << "format 3 was read";
+  } catch (const antdt::CheckpointError& error) {
+    EXPECT_NE(
+        std::string(error.what()).find("format 3, but this build reads format 4; it was written by an older antdt"),
+        std::string::npos)
+        << error.what();
+  }
 }
 
 TEST(Controller, RestoreOntoAnotherWorldSize) {

@@ -239,20 +239,26 @@ TEST(Monitor, NoFitFromALevelWithATransient) {
   EXPECT_EQ(m.compute_model(0).intercept_samples, 0.0);
 }
 
-// A checkpoint of the format before the compute models (1) restores without fits.
-TEST(Monitor, RestoresTheFormatWithoutFits) {
+// A checkpoint of an older format (1: before the compute models; 2: before the one field list)
+// is refused with an error that says so, not misread.
+TEST(Monitor, RefusesAnOlderFormatWithAClearError) {
   Monitor m(2, 4);
   for (std::int64_t step = 0; step < 6; ++step) {
     const RankStepStats s[2] = {timed(10, 0.1), timed(20, 0.5, 0.01)};
     m.record(step, s);
   }
-  auto bytes = m.serialize();
-  bytes.resize(bytes.size() - 2);  // one empty fit count per rank
-  const std::uint32_t one = 1;
-  std::memcpy(bytes.data() + 4, &one, sizeof one);
-  const Monitor old = Monitor::restore(bytes);
-  EXPECT_EQ(old.serialize(), m.serialize());
-  EXPECT_EQ(old.throughput(1), 40.0);
-  EXPECT_EQ(old.data_wait_seconds(1), 0.01);
-  EXPECT_EQ(old.allreduce_seconds(), 0.0);
+  EXPECT_EQ(Monitor::restore(m.serialize()).serialize(), m.serialize());
+  for (const std::uint32_t older : {1u, 2u}) {
+    auto bytes = m.serialize();
+    std::memcpy(bytes.data() + 4, &older, sizeof older);
+    try {
+      (void)Monitor::restore(bytes);
+      ADD_FAILURE() << "format " << older << " was read";
+    } catch (const antdt::CheckpointError& e) {
+      EXPECT_NE(std::string(e.what()).find("format " + std::to_string(older) + ", but this build reads format 3"),
+                std::string::npos)
+          << e.what();
+      EXPECT_NE(std::string(e.what()).find("older antdt"), std::string::npos) << e.what();
+    }
+  }
 }
