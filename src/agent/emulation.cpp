@@ -73,6 +73,10 @@ std::string EmulationOptions::describe() const {
   if (transient_probability > 0.0 && transient_steps > 0) {
     out << sep << "transient p=" << transient_probability << " x" << transient_factor << " for " << transient_steps
         << " steps";
+    if (transient_from > 0 || transient_until > 0) {
+      out << " starting at steps >= " << transient_from;
+      if (transient_until > 0) out << " and < " << transient_until;
+    }
     sep = "; ";
   }
   if (virtual_seconds_per_sample > 0.0) {
@@ -108,8 +112,10 @@ std::vector<double> parse_speeds(std::string_view text) {
 
 void parse_transient(std::string_view text, EmulationOptions& options) {
   const auto parts = split_commas(text);
-  if (parts.size() != 3) {
-    throw UsageError("--emulate-transient: expected P,FACTOR,STEPS (e.g. 0.1,3,5), got '" + std::string(text) + "'");
+  if (parts.size() < 3 || parts.size() > 5) {
+    throw UsageError(
+        "--emulate-transient: expected P,FACTOR,STEPS[,FROM[,UNTIL]] (e.g. 0.1,3,5 or 0.1,3,5,200,400), got '" +
+        std::string(text) + "'");
   }
   const double p = parse_double(parts[0], "--emulate-transient probability", text);
   const double factor = parse_double(parts[1], "--emulate-transient factor", text);
@@ -121,9 +127,22 @@ void parse_transient(std::string_view text, EmulationOptions& options) {
   if (steps < 1.0 || steps != std::floor(steps) || steps > 1e9) {
     throw UsageError("--emulate-transient: steps " + std::string(parts[2]) + " must be a whole number >= 1");
   }
+  std::int64_t bounds[2] = {0, 0};  // FROM, UNTIL
+  for (std::size_t k = 3; k < parts.size(); ++k) {
+    const double v = parse_double(parts[k], k == 3 ? "--emulate-transient from" : "--emulate-transient until", text);
+    if (v < 0.0 || v != std::floor(v) || v > 1e15)
+      throw UsageError("--emulate-transient: step " + std::string(parts[k]) + " must be a whole number >= 0");
+    bounds[k - 3] = static_cast<std::int64_t>(v);
+  }
+  if (parts.size() == 5 && bounds[1] <= bounds[0]) {
+    throw UsageError("--emulate-transient: until " + std::string(parts[4]) + " must be after from " +
+                     std::string(parts[3]));
+  }
   options.transient_probability = p;
   options.transient_factor = factor;
   options.transient_steps = static_cast<std::int64_t>(steps);
+  options.transient_from = bounds[0];
+  options.transient_until = bounds[1];
 }
 
 std::vector<SpeedChange> parse_schedule(std::string_view text) {
@@ -164,6 +183,8 @@ SpeedEmulator::SpeedEmulator(const EmulationOptions& options, int rank, int worl
       transient_probability_(options.transient_probability),
       transient_factor_(options.transient_factor),
       transient_steps_(options.transient_steps),
+      transient_from_(options.transient_from),
+      transient_until_(options.transient_until),
       seconds_per_sample_(options.virtual_seconds_per_sample),
       jitter_(options.jitter),
       seed_(options.seed) {
@@ -201,7 +222,8 @@ double SpeedEmulator::speed_at(std::int64_t step) const {
 
 double SpeedEmulator::slowdown(std::int64_t step) const {
   if (!(transient_probability_ > 0.0) || transient_steps_ <= 0 || step < 0) return 1.0;
-  for (std::int64_t start = step; start > step - transient_steps_ && start >= 0; --start) {
+  for (std::int64_t start = step; start > step - transient_steps_ && start >= transient_from_; --start) {
+    if (transient_until_ > 0 && start >= transient_until_) continue;
     const double u = detail::counter_uniform(seed_, kTransientStream, static_cast<std::uint64_t>(rank_),
                                              static_cast<std::uint64_t>(start));
     if (u < transient_probability_) return transient_factor_;

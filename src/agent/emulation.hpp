@@ -41,6 +41,8 @@ class SpeedEmulator {
   double transient_probability_ = 0.0;
   double transient_factor_ = 1.0;
   std::int64_t transient_steps_ = 0;
+  std::int64_t transient_from_ = 0;  // slowdowns start at steps in [from, until); until 0: no end
+  std::int64_t transient_until_ = 0;
   double seconds_per_sample_ = 0.0;
   double jitter_ = 0.0;
   std::vector<std::pair<std::int64_t, double>> changes_;  // this rank's (step, speed), by step

@@ -31,9 +31,33 @@ TEST(Emulation, ParsesTransient) {
   EXPECT_DOUBLE_EQ(o.transient_probability, 0.1);
   EXPECT_DOUBLE_EQ(o.transient_factor, 3.0);
   EXPECT_EQ(o.transient_steps, 5);
-  for (const char* bad : {"0.1,3", "0.1,3,5,7", "1.5,3,5", "-0.1,3,5", "0.1,0.5,5", "0.1,3,0", "0.1,3,2.5", "a,3,5"}) {
+  EXPECT_EQ(o.transient_from, 0);
+  EXPECT_EQ(o.transient_until, 0);
+  antdt::parse_transient("0.1,3,5,200,400", o);
+  EXPECT_EQ(o.transient_from, 200);
+  EXPECT_EQ(o.transient_until, 400);
+  EXPECT_NE(o.describe().find("starting at steps >= 200 and < 400"), std::string::npos) << o.describe();
+  for (const char* bad : {"0.1,3", "0.1,3,5,7,7", "0.1,3,5,7,2", "0.1,3,5,-1", "0.1,3,5,1,2,3", "1.5,3,5", "-0.1,3,5",
+                          "0.1,0.5,5", "0.1,3,0", "0.1,3,2.5", "a,3,5"}) {
     EXPECT_THROW(antdt::parse_transient(bad, o), antdt::UsageError) << "'" << bad << "'";
   }
+}
+
+// Slowdowns start only inside [FROM, UNTIL): a burst phase in a steady run. One that starts at
+// the phase's last step still lasts its STEPS steps.
+TEST(Emulation, TransientsStartOnlyInsideTheirPhase) {
+  EmulationOptions o;
+  antdt::parse_transient("0.2,3,2,100,200", o);
+  o.seed = 9;
+  const SpeedEmulator e(o, 0, 1);
+  int before = 0, inside = 0, after = 0;
+  for (int s = 0; s < 400; ++s) {
+    const bool slowed = e.slowdown(s) > 1.0;
+    (s < 100 ? before : s <= 200 ? inside : after) += slowed ? 1 : 0;
+  }
+  EXPECT_EQ(before, 0);
+  EXPECT_EQ(after, 0);
+  EXPECT_GT(inside, 20);  // about 1 - 0.8^2 = 36 % of 100 steps
 }
 
 TEST(Emulation, SpeedCountMustMatchWorld) {
