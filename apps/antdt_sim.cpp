@@ -100,7 +100,9 @@ std::string json_policy(const antdt::sim::SimResult& r) {
     << ", \"gather_bytes_at_rank0\": " << r.gather_bytes << ", \"control_seconds_median\": " << r.control_seconds_median
     << ", \"allreduce_seconds\": " << r.allreduce_seconds << ", \"duplicated_samples\": " << r.duplicated
     << ", \"missing_samples\": " << r.missing << ", \"restarts\": " << r.restarts.size() << ", \"claims\": " << r.claims
-    << ", \"epochs\": [";
+    << ", \"pooled_steps\": " << r.pooling.pooled_steps << ", \"plain_steps\": " << r.pooling.plain_steps
+    << ", \"mode_switches\": " << r.pooling.switches.size() << ", \"pool_overhead\": " << r.pooling.pool_overhead
+    << ", \"chunk_efficiency\": " << r.pooling.chunk_efficiency << ", \"epochs\": [";
   for (std::size_t i = 0; i < r.coverage.size(); ++i) {
     const auto& c = r.coverage[i];
     o << (i ? ", " : "") << "{\"epoch\": " << c.epoch << ", \"committed\": " << c.committed
@@ -161,7 +163,7 @@ int run(int argc, char** argv) {
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
   app.add_option("--policy", policies,
-                 "Controller policies to compare, one after another (static, dd, nd, or a plugin)")
+                 "Controller policies to compare, one after another (static, dd, nd, auto, or a plugin)")
       ->expected(1, -1)
       ->capture_default_str();
   app.add_option("--micro-batch-cap", caps,
@@ -183,6 +185,10 @@ int run(int argc, char** argv) {
   app.add_option("--seed", config.emulation.seed, "Seed of the transient and jitter draws")->capture_default_str();
   app.add_option("--min-gain", ctl.min_gain, "dd: least predicted relative gain to change the plan")
       ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  app.add_option("--min-pool-gain", ctl.min_pool_gain,
+                 "auto: least predicted relative gain to switch between pooled and plain steps")
+      ->check(CLI::Range(0.0, 0.99))
       ->capture_default_str();
   app.add_option("--min-interval", ctl.min_interval, "dd: least steps between plan changes")
       ->check(CLI::NonNegativeNumber)
@@ -329,6 +335,15 @@ int run(int argc, char** argv) {
   std::cout << "\n";
   for (const auto& r : results)
     for (const auto& d : r.restarts) std::cout << r.policy << " at step " << d.step << ": " << d.reason << "\n";
+  for (const auto& r : results) {
+    if (!r.pooling.chooses) continue;
+    std::cout << r.policy << ": " << r.pooling.pooled_steps << " pooled and " << r.pooling.plain_steps
+              << " plain steps, " << r.pooling.switches.size() << " switch(es):";
+    for (const auto& w : r.pooling.switches)
+      std::cout << " " << (w.pooled ? "pooled" : "plain") << " from step " << w.effective_step;
+    std::cout << std::setprecision(3) << "; pool overhead o " << 100.0 * r.pooling.pool_overhead
+              << "%, chunk efficiency e " << r.pooling.chunk_efficiency << "\n";
+  }
   std::cout << "per epoch (committed/missing/duplicated, counted independently of the ledger):";
   for (const auto& r : results) {
     std::cout << "\n  " << r.policy << ":";

@@ -30,11 +30,14 @@ struct RestartOptions {
 };
 
 struct ControllerOptions {
-  std::string policy = "dd";       // a registered policy name: "static", "dd", or a plugin's
+  std::string policy = "dd";       // a registered policy name: "static", "dd", "nd", "auto", or a plugin's
   int world_size = 0;              // 0 = the initial plan's (or, on restore, caps.size() or the saved one)
   std::int64_t global_batch = 0;   // B; 0 = take it from the initial plan
   std::vector<std::int64_t> caps;  // m_i per rank (or one for all); empty = the initial plan's
   double min_gain = 0.05;          // dd: change only if the predicted step time drops by more
+  // auto: switch between pooled and plain steps only if the predicted mean step time drops by
+  // more (besides the decision model's measured error and the noise of its estimate).
+  double min_pool_gain = 0.02;
   std::int64_t min_interval = 10;  // dd: at least this many steps between plan changes
   std::int64_t warmup_steps = 3;   // stats of steps < warmup_steps are not recorded
   int window = 20;                 // Monitor window (steps)
@@ -49,12 +52,13 @@ struct ControllerOptions {
 };
 
 // What a rank is to the Controller, and so what the policies do about it (docs/controller.md):
-//  - deterministic straggler: slow since it was first assessed (a slower device): dd and nd
-//    rebalance its share; a restart would not help;
+//  - deterministic straggler: slow since it was first assessed (a slower device): dd, nd and
+//    auto rebalance its share; a restart would not help;
 //  - persistent straggler: was fine, then stayed slow for `persistence` steps (lasting
-//    contention): dd and nd rebalance; nd restarts without it when that pays;
+//    contention): dd, nd and auto rebalance; nd and auto restart without it when that pays;
 //  - transient straggler: slow for fewer steps: dd waits it out; nd's pooled steps absorb it;
-//  - leader / normal.
+//    auto pools steps while that pays;
+//  - leader: rebalanced like every rank (its share follows its speed) / normal: nothing.
 enum class RankClass { normal, leader, transient_straggler, persistent_straggler, deterministic_straggler };
 [[nodiscard]] const char* rank_class_name(RankClass c) noexcept;
 
@@ -74,6 +78,33 @@ struct RankAssessment {
   // One line with the numbers behind `kind`. Formatted when read through
   // Controller::assessments() (reports), not every step: not current in ControllerContext.
   std::string reason;
+};
+
+// A switch between plain and pooled steps, decided by a policy that chooses the step mode
+// (auto, docs/controller.md "auto"), with the numbers behind it.
+struct PoolingSwitch {
+  std::int64_t step = -1;            // decided after this step
+  std::int64_t effective_step = -1;  // the first step in the new mode
+  bool pooled = false;               // the new mode
+  double predicted_gain = 0.0;       // predicted drop of the mean step time, over the recent steps
+  double required_gain = 0.0;        // the bar it cleared (min_pool_gain, model error, noise, damping)
+  double pool_overhead = 0.0;        // o: a pooled step's time over B / sum_i x_i, minus 1 (measured; 0 before)
+  double chunk_efficiency = 1.0;     // e: the ranks' speed in pooled steps over plain ones (measured; 1 before)
+};
+
+// What a policy that chooses the step mode measured and decided; `chooses` is false for the others.
+struct PoolingStatus {
+  bool chooses = false;
+  std::int64_t pooled_steps = 0;  // steps recorded in each mode
+  std::int64_t plain_steps = 0;
+  double pool_overhead = 0.0;  // o, as last measured (0 until a pooled step was seen)
+  bool overhead_measured = false;
+  double chunk_efficiency = 1.0;  // e, as last measured across a switch (1 until then)
+  bool efficiency_measured = false;
+  double model_error = 0.0;             // the decision model's median relative error per step
+  double predicted_gain = 0.0;          // of switching the mode, at the last step
+  double required_gain = 0.0;           // the bar that gain must clear
+  std::vector<PoolingSwitch> switches;  // every switch of the run, in order
 };
 
 // A decision to checkpoint and restart the job without some ranks (their nodes).

@@ -32,6 +32,8 @@ void validate(const ControllerOptions& o) {
   if (o.persistence < 1)
     throw UsageError("controller: persistence must be at least 1 step, got " + std::to_string(o.persistence));
   if (!(o.min_gain >= 0.0)) throw UsageError("controller: min_gain must be >= 0, got " + std::to_string(o.min_gain));
+  if (!(o.min_pool_gain >= 0.0 && o.min_pool_gain < 1.0))
+    throw UsageError("controller: min_pool_gain must be in [0, 1), got " + std::to_string(o.min_pool_gain));
   if (o.min_interval < 0) throw UsageError("controller: min_interval must be >= 0");
   if (o.warmup_steps < 0) throw UsageError("controller: warmup_steps must be >= 0");
   if (o.plan_lag < 0) throw UsageError("controller: plan_lag must be >= 0");
@@ -253,9 +255,9 @@ std::optional<Plan> Controller::on_step(std::int64_t step, std::span<const RankS
     if (static_cast<int>(errors_.size()) > options_.window) errors_.erase(errors_.begin());
   }
   assess(step);
-  const ControllerContext context{step,     plan(), monitor_,          assessments_,
-                                  options_, cost_,  last_change_step_, model_error()};
-  if (policy_->restarts()) consider_restart(step, outlook);
+  const ControllerContext context{
+      step, plan(), monitor_, assessments_, options_, cost_, last_change_step_, model_error(), plan_at(step).pooled};
+  if (policy_->restarts()) consider_restart(context, outlook);
   std::optional<Plan> decided = policy_->decide(context);
   if (!decided) return std::nullopt;
   if (!policy_->switches_pooling()) decided->pooled = plan().pooled;
@@ -273,7 +275,8 @@ std::optional<Plan> Controller::on_step(std::int64_t step, std::span<const RankS
 // window (lasting contention; a slower device stays slow wherever it runs), only where the
 // gain of finishing the remaining work at the throughput predicted after the restart beats the
 // measured cost of the restart, and never past the limit or inside the cool-down.
-void Controller::consider_restart(std::int64_t step, const StepOutlook& outlook) {
+void Controller::consider_restart(const ControllerContext& context, const StepOutlook& outlook) {
+  const std::int64_t step = context.step;
   const RestartOptions& ro = options_.restart;
   if (restarts_decided_ >= ro.max_restarts) return;
   const std::int64_t cooldown = ro.cooldown_steps > 0 ? ro.cooldown_steps : options_.window;
@@ -316,6 +319,7 @@ void Controller::consider_restart(std::int64_t step, const StepOutlook& outlook)
   d.gain_seconds = static_cast<double>(d.remaining_samples) * (1.0 / d.x_now - 1.0 / d.x_after);
   if (!(d.gain_seconds > d.cost_seconds)) return;
   if (options_.nodes.size() == static_cast<std::size_t>(world)) d.nodes = nodes;
+  if (!policy_->accept_restart(d, context)) return;
   std::ostringstream why;
   why << std::setprecision(4) << "kill-restart without ";
   for (std::size_t i = 0; i < nodes.size(); ++i)

@@ -40,6 +40,7 @@ struct ControllerContext {
   // part of the step a split changes, max_i(data wait + compute), each predicted before its
   // step was seen. 0 until there are predictions.
   double model_error = 0.0;
+  bool pooled_step = false;  // the recorded step was pooled (its plan's `pooled`)
   [[nodiscard]] std::int64_t effective_step() const noexcept { return step + 1 + options.plan_lag; }
 };
 
@@ -66,8 +67,15 @@ class PolicyPlugin {
   // Whether decide() chooses each plan's `pooled` flag (auto). Otherwise every plan keeps the
   // mode of the first (the Controller sets it).
   [[nodiscard]] virtual bool switches_pooling() const { return false; }
-  // Whether the Controller may decide a kill-restart for this policy's job (nd does).
+  // Whether the Controller may decide a kill-restart for this policy's job (nd, auto).
   [[nodiscard]] virtual bool restarts() const { return false; }
+  // A kill-restart whose predicted gain beats its measured cost; the policy may still decline
+  // it (auto holds it to the model's measured error as well). Called only if restarts().
+  [[nodiscard]] virtual bool accept_restart(const RestartDecision& /*decision*/, const ControllerContext& /*context*/) {
+    return true;
+  }
+  // What a policy that chooses the step mode measured and decided (auto); empty for others.
+  [[nodiscard]] virtual PoolingStatus pooling_status() const { return {}; }
   [[nodiscard]] virtual std::vector<std::byte> save_state() const { return {}; }
   virtual void load_state(std::span<const std::byte> /*state*/) {}
 };
@@ -112,6 +120,8 @@ class Controller {
   [[nodiscard]] const CostModel& cost_model() const noexcept { return cost_; }
   [[nodiscard]] std::string policy_name() const { return policy_->name(); }
   [[nodiscard]] bool rebalances() const { return policy_->rebalances(); }
+  // The step mode's decisions and the numbers behind them (policy auto; `chooses` false for others).
+  [[nodiscard]] PoolingStatus pooling_status() const { return policy_->pooling_status(); }
   // Cost-model prediction of the next step (the plan in force at last_step() + 1) with the
   // Monitor's current model: max_i(a_i + b_i / x_i) + the measured all-reduce (0 before any
   // rank has timing). The Monitor's measured step time is what it predicts.
@@ -143,7 +153,7 @@ class Controller {
   // The prediction for `plan` with the current model: {compute part, whole step}; 0s without timing.
   [[nodiscard]] std::pair<double, double> predict(const Plan& plan) const;
   [[nodiscard]] std::pair<double, double> predict_now(const Plan& plan) const;  // uncached
-  void consider_restart(std::int64_t step, const StepOutlook& outlook);
+  void consider_restart(const ControllerContext& context, const StepOutlook& outlook);
   Plan checked(Plan plan) const;
 
   ControllerOptions options_;

@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "antdt/error.hpp"
+#include "controller/auto_policy.hpp"
 #include "controller/controller.hpp"
 #include "controller/dd_policy.hpp"
 
@@ -44,6 +45,7 @@ Registry& registry() {
     reg->factories["static"] = [] { return std::make_unique<StaticPolicy>(); };
     reg->factories["dd"] = [] { return std::make_unique<detail::DdPolicy>(); };
     reg->factories["nd"] = [] { return std::make_unique<NdPolicy>(); };
+    reg->factories["auto"] = [] { return std::make_unique<detail::AutoPolicy>(); };
     return reg;
   }();
   return *r;

@@ -412,6 +412,14 @@ RankWindowSummary Monitor::summary(int rank) const {
   return out;
 }
 
+const RankStepStats& Monitor::recent(int rank, int age) const {
+  const auto r = checked(rank);
+  if (age < 0 || age >= filled_)
+    throw UsageError("monitor: step age " + std::to_string(age) + " is not in the window of " +
+                     std::to_string(filled_) + " steps");
+  return entry(r, age);
+}
+
 double Monitor::recent_peak(int rank, int steps) const {
   const auto r = checked(rank);
   if (steps < 1 || steps > filled_) return 0.0;

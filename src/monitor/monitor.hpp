@@ -82,6 +82,8 @@ class Monitor {
   [[nodiscard]] double reduce_seconds(int rank) const { return summary(rank).reduce_seconds; }
   [[nodiscard]] double idle_seconds(int rank) const { return summary(rank).idle_seconds; }
   [[nodiscard]] std::vector<double> throughputs() const { return x_median_; }  // per rank
+  // What rank measured `age` steps ago (0: the latest), for age < entries(). O(1).
+  [[nodiscard]] const RankStepStats& recent(int rank, int age = 0) const;
   // The highest per-step throughput among rank's last `steps` recorded steps (untimed steps
   // count as 0): the rank has been at or below it in every one of them. 0 with fewer steps.
   [[nodiscard]] double recent_peak(int rank, int steps) const;

@@ -383,6 +383,7 @@ SimResult simulate(const SimConfig& config) {
   r.coverage = coordinator->dds().coverage();
   for (const auto& c : r.coverage) r.duplicated += c.duplicated, r.missing += c.missing;
   r.plans = coordinator->controller().history();
+  r.pooling = coordinator->controller().pooling_status();
   r.claims += ranks->atomics();
   return r;
 }

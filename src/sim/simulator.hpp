@@ -108,6 +108,7 @@ struct SimResult {
   std::int64_t duplicated = 0, missing = 0;  // over completed epochs; both must be 0
   std::vector<Plan> plans;                   // the plans of the run, in order (of the last job after restarts)
   std::vector<RestartDecision> restarts;     // the kill-restarts, in order
+  PoolingStatus pooling;                     // the step mode's decisions (policy auto), of the last job
 };
 
 // Throws UsageError on an empty speed list or bad options (as the Session does).

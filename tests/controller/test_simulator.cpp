@@ -1,5 +1,5 @@
-// The simulator runs the real Controller on modelled ranks; these check it against the
-// closed-form limits of BACKGROUND.md.
+// The simulator runs the real Controller on modelled ranks; these check it against closed-form
+// limits (static: N min(x) / sum(x); dd: at most mean(x) / min(x) times static).
 #include <gtest/gtest.h>
 
 #include "sim/simulator.hpp"

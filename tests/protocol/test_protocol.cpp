@@ -11,6 +11,7 @@
 #include "agent/agent.hpp"
 #include "antdt/error.hpp"
 #include "core/bytes.hpp"
+#include "core/saved_state.hpp"
 #include "dds/wire.hpp"
 #include "protocol/step_coordinator.hpp"
 #include "protocol/step_messages.hpp"
@@ -299,21 +300,38 @@ struct PooledJob : Job {
   std::vector<std::vector<std::int64_t>> chunks;  // the last step's chunk sizes, per rank
   double step_seconds = 0.0;                      // the last step's compute span: the latest rank's end
 
-  PooledJob(std::vector<double> speeds, std::int64_t n, std::int64_t batch, std::int64_t epochs, int backup,
-            EmulationOptions extra = {}, std::int64_t cap = 5, double first_chunk = 0.0)
-      : Job(std::move(speeds), n, batch, epochs, "nd", backup, std::move(extra), cap, first_chunk) {}
+  std::vector<bool> modes;     // per step: whether every rank ran it pooled
+  double chunk_seconds = 0.0;  // what a chunk's claim and read cost its rank, besides its compute
 
-  // One pooled step; `done[r]`: what rank r trained.
+  PooledJob(std::vector<double> speeds, std::int64_t n, std::int64_t batch, std::int64_t epochs, int backup,
+            EmulationOptions extra = {}, std::int64_t cap = 5, double first_chunk = 0.0,
+            const std::string& policy = "nd")
+      : Job(std::move(speeds), n, batch, epochs, policy, backup, std::move(extra), cap, first_chunk) {}
+
+  // One step, pooled when its plan says so (nd: always); `done[r]`: what rank r trained.
   StepDecision step_pooled(std::vector<std::vector<std::int64_t>>* done = nullptr) {
     pool.reset();
     chunks.assign(agents.size(), {});
     if (done) done->assign(agents.size(), {});
     std::vector<bool> finished(agents.size(), false);
+    std::vector<StepWork> work;
     for (std::size_t i = 0; i < agents.size(); ++i) {
       clocks[i].set(0.0);
-      EXPECT_TRUE(agents[i].begin().pooled);
+      work.push_back(agents[i].begin());
+      EXPECT_EQ(work.back().pooled, work.front().pooled) << "every rank runs a step in the same mode";
     }
-    for (std::size_t left = agents.size(); left > 0;) {
+    const bool pooled = work.front().pooled;
+    EXPECT_EQ(pooled, coordinator->controller().plan_at(coordinator->step()).pooled) << "the plan's mode";
+    if (options.controller.policy == "nd") {
+      EXPECT_TRUE(pooled);
+    }
+    modes.push_back(pooled);
+    for (std::size_t i = 0; !pooled && i < agents.size(); ++i) {
+      if (done) (*done)[i] = work[i].samples;
+      agents[i].mark_compute_done(0.0);
+      finished[i] = true;
+    }
+    for (std::size_t left = pooled ? agents.size() : 0; left > 0;) {
       // The rank whose virtual clock is earliest claims next.
       std::size_t i = agents.size();
       for (std::size_t k = 0; k < agents.size(); ++k)
@@ -328,17 +346,95 @@ struct PooledJob : Job {
       EXPECT_LE(static_cast<std::int64_t>(chunk.size()), options.controller.caps[i]) << "a chunk fits the cap";
       if (done) (*done)[i].insert((*done)[i].end(), chunk.begin(), chunk.end());
       chunks[i].push_back(static_cast<std::int64_t>(chunk.size()));
+      clocks[i].wait(chunk_seconds);  // its claim and read
       agents[i].chunk_done(0.0);
     }
     step_seconds = 0.0;
     for (auto& c : clocks) step_seconds = std::max(step_seconds, c.now());
     std::vector<StepReport> reports;
     for (auto& a : agents) reports.push_back(a.report(0.0, 0));
-    return coordinator->decide(reports);
+    StepDecision d = coordinator->decide(reports);
+    if (twin && d.record) {  // a Controller restored from a checkpoint decides the same steps the same way
+      const std::optional<Plan> t = twin->on_step(d.record->step, d.record->ranks);
+      EXPECT_EQ(t.has_value(), d.plan != nullptr) << "step " << d.record->step;
+      if (t && d.plan) {
+        EXPECT_EQ(t->batch, d.plan->batch);
+        EXPECT_EQ(t->pooled, d.plan->pooled);
+        EXPECT_EQ(t->reason, d.plan->reason);
+      }
+    }
+    return d;
   }
+  std::unique_ptr<Controller> twin;
 };
 
 }  // namespace
+
+// auto (docs/controller.md): a run that is steady, then has transient bursts, then is steady
+// again. The step mode is each plan's decision: every rank runs every step in the mode of the
+// plan in force, the switches happen at the plans' effective steps, and every sample is still
+// trained exactly once per epoch across them.
+TEST(StepProtocol, AutoSwitchesTheStepModeAtThePlansEffectiveStepOnEveryRankAndKeepsEverySampleOnce) {
+  const std::int64_t n = 2003;
+  EmulationOptions bursts;
+  parse_transient("0.25,4,1,50,100", bursts);
+  bursts.seed = 7;
+  bursts.virtual_seconds_per_sample = 1e-3;
+  PooledJob job({1, 1, 1, 1}, n, 40, 3, 1, bursts, 5, 0.0, "auto");
+  job.chunk_seconds = 5e-4;  // 10 % of a chunk of 5: pooling costs something
+  std::vector<std::int64_t> seen(static_cast<std::size_t>(n), 0);
+  while (!job.coordinator->finished()) {
+    std::vector<std::vector<std::int64_t>> done;
+    const StepDecision d = job.step_pooled(&done);
+    ASSERT_EQ(d.reply.status, ReplyStatus::ok) << d.reply.error;
+    if (job.modes.back() && !d.reply.finished) {
+      EXPECT_EQ(d.reply.samples, 40) << "a pooled step does exactly B";
+    }
+    for (const auto& r : done)
+      for (auto i : r) ++seen[static_cast<std::size_t>(i)];
+    job.apply(d);
+  }
+  EXPECT_EQ(seen, std::vector<std::int64_t>(static_cast<std::size_t>(n), 3));
+  for (const auto& c : job.coordinator->dds().coverage()) {
+    EXPECT_EQ(c.missing, 0);
+    EXPECT_EQ(c.duplicated, 0);
+  }
+  // Pooled from the start, plain once the claims are measured to cost more, pooled in the
+  // bursts, plain after them.
+  std::vector<std::pair<std::size_t, bool>> switches;
+  for (std::size_t s = 1; s < job.modes.size(); ++s)
+    if (job.modes[s] != job.modes[s - 1]) switches.emplace_back(s, job.modes[s]);
+  EXPECT_TRUE(job.modes.front());
+  ASSERT_GE(switches.size(), 3U);
+  EXPECT_FALSE(switches[0].second);
+  EXPECT_LT(switches[0].first, 50U);
+  EXPECT_TRUE(switches[1].second);
+  EXPECT_GT(switches[1].first, 50U);
+  EXPECT_LT(switches[1].first, 70U);
+  EXPECT_FALSE(switches.back().second);
+  EXPECT_GT(switches.back().first, 100U);
+  const PoolingStatus status = job.coordinator->controller().pooling_status();
+  EXPECT_EQ(status.switches.size(), switches.size());
+}
+
+// A coordinator restored from a checkpoint of an auto run (its ring of steps, o, e, damping and
+// switches) decides exactly as the one that never stopped, through the switches.
+TEST(StepProtocol, AnAutoRunResumesFromACheckpointExactly) {
+  EmulationOptions bursts;
+  parse_transient("0.25,4,1,30,60", bursts);
+  bursts.seed = 7;
+  bursts.virtual_seconds_per_sample = 1e-3;
+  PooledJob job({1, 1, 1, 0.5}, 2000, 40, 3, 1, bursts, 5, 0.0, "auto");
+  job.chunk_seconds = 5e-4;
+  for (int s = 0; s < 40; ++s) job.apply(job.step_pooled());
+  job.twin = std::make_unique<Controller>(
+      Controller::restore(job.coordinator->controller().serialize(), job.options.controller));
+  while (!job.coordinator->finished()) job.apply(job.step_pooled());
+  EXPECT_EQ(job.twin->serialize(), job.coordinator->controller().serialize());
+  const auto switches = job.coordinator->controller().pooling_status().switches;
+  ASSERT_FALSE(switches.empty());
+  EXPECT_GT(switches.back().step, 40) << "a switch after the checkpoint";
+}
 
 TEST(StepProtocol, APooledStepDoesExactlyBSamplesWhoeverDidThem) {
   // Rank 2 is slowed 3x in one step in three: it claims less then, the others more.
