@@ -16,10 +16,10 @@
 #include <string>
 
 #include "antdt/antdt.hpp"
+#include "antdt/cli.hpp"
 #include "antdt/data.hpp"
 #include "antdt/error.hpp"
-#include "cli/cli_common.hpp"
-#include "cli/paths.hpp"
+#include "job/paths.hpp"
 
 namespace {
 
@@ -101,9 +101,9 @@ int main(int argc, char** argv) {
   antdt::cli::add_env_names(app);
   overwrite_opt->envname("");  // an exported variable, long forgotten, must not replace files
   antdt::cli::strict_config(app);
-  const int parsed = antdt::cli::parse(app, argc, argv, env.world_rank());
+  const int parsed = antdt::parse(app, argc, argv);
   if (parsed >= 0) return parsed;
-  return antdt::cli::guarded("antdt-datagen", env.world_rank(), 1, [&] {
+  return antdt::run_main("antdt-datagen", [&] {
     if (env.world_rank() != 0) return 0;  // one writer; other ranks (if any) have nothing to do
     using antdt::UsageError;
     const bool digits = kind == "digits";

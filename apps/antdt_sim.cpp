@@ -18,11 +18,11 @@
 #include <string>
 #include <vector>
 
+#include "antdt/cli.hpp"
 #include "antdt/emulation.hpp"
 #include "antdt/error.hpp"
 #include "antdt/log.hpp"
 #include "antdt/report.hpp"
-#include "cli/cli_common.hpp"
 #include "controller/controller.hpp"
 #include "controller/planner.hpp"
 #include "sim/simulator.hpp"
@@ -259,7 +259,7 @@ int run(int argc, char** argv) {
   app.add_option("--summary-json", summary_json, "Write the results as JSON here (one object per policy)");
   app.add_flag("--show-plans", show_plans, "Print every policy's plan history");
   antdt::cli::add_env_names(app);
-  if (const int code = antdt::cli::parse(app, argc, argv, 0); code >= 0) return code;
+  if (const int code = antdt::parse(app, argc, argv); code >= 0) return code;
 
   if (!profile.empty() && !speeds_text.empty()) throw UsageError("give --speeds or --profile, not both");
   if (!profile.empty() && ranks < 1) throw UsageError("--profile needs --ranks");
@@ -392,9 +392,9 @@ int main(int argc, char** argv) {
     return run(argc, argv);
   } catch (const antdt::UsageError& e) {
     std::fprintf(stderr, "antdt-sim: error: %s\n", e.what());
-    return antdt::cli::kExitUsage;
+    return antdt::kExitUsage;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "antdt-sim: error: %s\n", e.what());
-    return antdt::cli::kExitRuntime;
+    return antdt::kExitRuntime;
   }
 }

@@ -66,6 +66,7 @@ class CheckpointWriter {
   // trailing '/', no "." or ".." component. Each name may be put once. Throws UsageError on a
   // bad or repeated name, or a name that clashes with a group ("a" and "a/b").
   void put_floats(const std::string& name, std::span<const float> values);
+  void put_doubles(const std::string& name, std::span<const double> values);
   void put_int64s(const std::string& name, std::span<const std::int64_t> values);
   void put_uint64s(const std::string& name, std::span<const std::uint64_t> values);
   void put_bytes(const std::string& name, std::span<const std::byte> bytes);
@@ -113,6 +114,7 @@ class CheckpointReader {
 
   // expected_count >= 0: the entry must hold exactly that many elements; -1: any size.
   [[nodiscard]] std::vector<float> floats(const std::string& name, std::int64_t expected_count = -1) const;
+  [[nodiscard]] std::vector<double> doubles(const std::string& name, std::int64_t expected_count = -1) const;
   [[nodiscard]] std::vector<std::int64_t> int64s(const std::string& name, std::int64_t expected_count = -1) const;
   [[nodiscard]] std::vector<std::uint64_t> uint64s(const std::string& name, std::int64_t expected_count = -1) const;
   [[nodiscard]] std::vector<std::byte> bytes(const std::string& name) const;

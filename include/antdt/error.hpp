@@ -3,6 +3,7 @@
 // that stringifies the call, adds file:line and decodes the library's own message.
 #pragma once
 
+#include <exception>
 #include <stdexcept>
 #include <string>
 
@@ -12,6 +13,17 @@ namespace antdt {
 class Error : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+  // True when every rank of the job throws this error (the same kind, the same message): the
+  // ranks agreed on it, so none is left waiting and the job can end without MPI_Abort.
+  [[nodiscard]] bool shared() const noexcept { return shared_; }
+  // True on a rank that only heard of this error from another rank, which reports it: one line
+  // is printed for the job, by the rank that saw it first-hand.
+  [[nodiscard]] bool heard() const noexcept { return heard_; }
+  void set_shared(bool shared, bool heard) noexcept { shared_ = shared, heard_ = heard; }
+
+ private:
+  bool shared_ = false;
+  bool heard_ = false;
 };
 
 // Bad usage: an invalid option, argument or combination. CLIs exit with code 2.
@@ -40,11 +52,8 @@ class CheckpointError : public FileError {
 // on a rank that only heard of it from rank 0, which need not repeat the message.
 class StallError : public Error {
  public:
-  StallError(const std::string& what, bool first_hand) : Error(what), first_hand_(first_hand) {}
-  [[nodiscard]] bool first_hand() const noexcept { return first_hand_; }
-
- private:
-  bool first_hand_;
+  StallError(const std::string& what, bool first_hand) : Error(what) { set_shared(shared(), !first_hand); }
+  [[nodiscard]] bool first_hand() const noexcept { return !heard(); }
 };
 
 // A write that failed once it was under way: an output or checkpoint file that could not be
@@ -98,6 +107,29 @@ class DeviceError : public Error {
  public:
   using Error::Error;
 };
+
+// The exit codes of antdt's programs and of antdt::run_main (docs/errors.md). Every rank of a
+// job exits with the same one for the same cause.
+inline constexpr int kExitRuntime = 1;    // an MPI, CUDA or device failure, or a bug
+inline constexpr int kExitUsage = 2;      // bad usage or input (options, data, checkpoint, output paths)
+inline constexpr int kExitWrite = 3;      // a write under way failed (an output or a checkpoint)
+inline constexpr int kExitNonFinite = 4;  // training produced a NaN or Inf (stopped before checkpointing it)
+inline constexpr int kExitStalled = 5;    // a rank stalled past the step timeout (every live rank stopped)
+// The run stopped for a kill-restart (docs/nd.md): a checkpoint is written and the checkpoint
+// directory names the nodes to leave out; resubmit without them, resuming.
+inline constexpr int kExitRestart = 75;
+// The run stopped on a signal (SIGTERM, SIGINT, SIGUSR1: a time limit, preemption, Ctrl-C)
+// after a checkpoint of its last step: requeue, or rerun resuming.
+inline constexpr int kExitStopped = 76;
+
+// The exit code of an exception, by the table above.
+[[nodiscard]] inline int exit_code_for(const std::exception& e) noexcept {
+  if (dynamic_cast<const WriteError*>(&e)) return kExitWrite;
+  if (dynamic_cast<const NonFiniteError*>(&e)) return kExitNonFinite;
+  if (dynamic_cast<const StallError*>(&e)) return kExitStalled;
+  if (dynamic_cast<const UsageError*>(&e) || dynamic_cast<const FileError*>(&e)) return kExitUsage;
+  return kExitRuntime;
+}
 
 namespace detail {
 // Out-of-line throwers keep the macros small. Each decodes `code` with the library's own

@@ -167,4 +167,11 @@ struct SessionOptions {
 [[nodiscard]] bool policy_rebalances(const std::string& name);
 [[nodiscard]] bool policy_pools(const std::string& name);
 
+// How antdt's messages name an option: as the field a program sets in code
+// ("JobOptions::session.emulation.speeds", the default), as the command-line flag that sets it
+// ("--emulate-speed": add_job_options in antdt/cli.hpp chooses this), or as a Python keyword
+// ("emulate_speed", the Python module's). One style per process.
+enum class OptionNames : std::uint8_t { fields, flags, keywords };
+void set_option_names(OptionNames style) noexcept;
+
 }  // namespace antdt

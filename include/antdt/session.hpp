@@ -98,6 +98,10 @@ class Session {
   // ranks and divides by the global sample count (local_samples >= 0 on every rank; exact at
   // any count: it rides in digit slots of the same all-reduce), which it returns.
   std::int64_t reduce(std::span<float> gradient_sums, std::int64_t local_samples);
+  // Collective: sums integer `sums` (fixed-point gradient sums, say) over ranks in place, exactly
+  // and in any order, and returns the global sample count; the caller divides. UsageError, on
+  // every rank alike, outside a step or when local_samples is not what this rank was given.
+  std::int64_t reduce(std::span<std::int64_t> sums, std::int64_t local_samples);
 
   // Collective. Reports stats, commits this step's samples, receives the next plan and grants.
   StepSummary end_step(double loss_sum = 0.0, std::int64_t correct = 0);

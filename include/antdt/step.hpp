@@ -36,6 +36,11 @@ struct StepSummary {
   // Some rank asked for a checkpoint after this step (Session::request_checkpoint): every rank
   // sees it at the same step, so a collective checkpoint can follow.
   bool checkpoint_requested = false;
+  // No step follows this one (every step or epoch done, a stop, or a kill-restart), and why
+  // (the same on every rank).
+  bool finished = false;
+  bool stopped = false;
+  bool restart = false;
 };
 
 // Per completed epoch: samples committed, missing and duplicated (both must be 0).

@@ -229,6 +229,9 @@ StepSummary Agent::apply(const protocol::StepReply& reply, std::shared_ptr<const
   s.correct = reply.correct;
   s.max_compute_seconds = reply.max_compute_seconds;
   s.checkpoint_requested = reply.checkpoint;
+  s.finished = finished_;
+  s.stopped = stopped_;
+  s.restart = restart_;
   s.completed_epochs = completed_epochs_;
   if (reply.ends_step) {
     in_step_ = false;

@@ -114,6 +114,8 @@ class Agent {
   [[nodiscard]] std::int64_t step() const noexcept { return step_; }  // the next (or open) step
   [[nodiscard]] bool started() const noexcept { return started_; }
   [[nodiscard]] bool in_step() const noexcept { return in_step_; }
+  // The samples this rank took in the step under way (a pooled step: claimed so far).
+  [[nodiscard]] std::int64_t samples() const noexcept { return samples_; }
   [[nodiscard]] bool finished() const noexcept { return finished_; }
   // The run ended with a kill-restart decision (finished() is true then too).
   [[nodiscard]] bool restart_requested() const noexcept { return restart_; }

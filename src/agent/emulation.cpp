@@ -14,6 +14,7 @@
 
 #include "agent/counter_rng.hpp"
 #include "antdt/error.hpp"
+#include "core/option_names.hpp"
 
 namespace antdt {
 
@@ -100,11 +101,14 @@ std::string EmulationOptions::describe() const {
 }
 
 std::vector<double> parse_speeds(std::string_view text) {
-  if (trim(text).empty()) throw UsageError("--emulate-speed: empty list; give relative speeds like 1,1,1,0.33");
+  if (trim(text).empty())
+    throw UsageError(detail::option_name("emulate-speed") + ": empty list; give relative speeds like 1,1,1,0.33");
   std::vector<double> speeds;
   for (const auto token : split_commas(text)) {
-    const double v = parse_double(token, "--emulate-speed", text);
-    if (!(v > 0.0)) throw UsageError("--emulate-speed: speed " + std::string(token) + " must be > 0 (1 = full speed)");
+    const double v = parse_double(token, detail::option_name("emulate-speed"), text);
+    if (!(v > 0.0))
+      throw UsageError(detail::option_name("emulate-speed") + ": speed " + std::string(token) +
+                       " must be > 0 (1 = full speed)");
     speeds.push_back(v);
   }
   return speeds;
@@ -113,30 +117,36 @@ std::vector<double> parse_speeds(std::string_view text) {
 void parse_transient(std::string_view text, EmulationOptions& options) {
   const auto parts = split_commas(text);
   if (parts.size() < 3 || parts.size() > 5) {
-    throw UsageError(
-        "--emulate-transient: expected P,FACTOR,STEPS[,FROM[,UNTIL]] (e.g. 0.1,3,5 or 0.1,3,5,200,400), got '" +
-        std::string(text) + "'");
+    throw UsageError(detail::option_name("emulate-transient") +
+                     ": expected P,FACTOR,STEPS[,FROM[,UNTIL]] (e.g. 0.1,3,5 or 0.1,3,5,200,400), got '" +
+                     std::string(text) + "'");
   }
-  const double p = parse_double(parts[0], "--emulate-transient probability", text);
-  const double factor = parse_double(parts[1], "--emulate-transient factor", text);
-  const double steps = parse_double(parts[2], "--emulate-transient steps", text);
+  const double p = parse_double(parts[0], detail::option_name("emulate-transient") + " probability", text);
+  const double factor = parse_double(parts[1], detail::option_name("emulate-transient") + " factor", text);
+  const double steps = parse_double(parts[2], detail::option_name("emulate-transient") + " steps", text);
   if (p < 0.0 || p > 1.0)
-    throw UsageError("--emulate-transient: probability " + std::string(parts[0]) + " must be in [0, 1]");
+    throw UsageError(detail::option_name("emulate-transient") + ": probability " + std::string(parts[0]) +
+                     " must be in [0, 1]");
   if (factor < 1.0)
-    throw UsageError("--emulate-transient: factor " + std::string(parts[1]) + " must be >= 1 (a slowdown)");
+    throw UsageError(detail::option_name("emulate-transient") + ": factor " + std::string(parts[1]) +
+                     " must be >= 1 (a slowdown)");
   if (steps < 1.0 || steps != std::floor(steps) || steps > 1e9) {
-    throw UsageError("--emulate-transient: steps " + std::string(parts[2]) + " must be a whole number >= 1");
+    throw UsageError(detail::option_name("emulate-transient") + ": steps " + std::string(parts[2]) +
+                     " must be a whole number >= 1");
   }
   std::int64_t bounds[2] = {0, 0};  // FROM, UNTIL
   for (std::size_t k = 3; k < parts.size(); ++k) {
-    const double v = parse_double(parts[k], k == 3 ? "--emulate-transient from" : "--emulate-transient until", text);
-    if (v < 0.0 || v != std::floor(v) || v > 1e15)
-      throw UsageError("--emulate-transient: step " + std::string(parts[k]) + " must be a whole number >= 0");
+    const double v =
+        parse_double(parts[k], detail::option_name("emulate-transient") + (k == 3 ? " from" : " until"), text);
+    if (v < 0.0 || v != std::floor(v) || v > 1e15) {
+      throw UsageError(detail::option_name("emulate-transient") + ": step " + std::string(parts[k]) +
+                       " must be a whole number >= 0");
+    }
     bounds[k - 3] = static_cast<std::int64_t>(v);
   }
   if (parts.size() == 5 && bounds[1] <= bounds[0]) {
-    throw UsageError("--emulate-transient: until " + std::string(parts[4]) + " must be after from " +
-                     std::string(parts[3]));
+    throw UsageError(detail::option_name("emulate-transient") + ": until " + std::string(parts[4]) +
+                     " must be after from " + std::string(parts[3]));
   }
   options.transient_probability = p;
   options.transient_factor = factor;
@@ -146,33 +156,41 @@ void parse_transient(std::string_view text, EmulationOptions& options) {
 }
 
 std::vector<SpeedChange> parse_schedule(std::string_view text) {
-  if (trim(text).empty()) throw UsageError("--emulate-schedule: empty; give RANK:STEP:SPEED or @NODE:STEP:SPEED, ...");
+  if (trim(text).empty())
+    throw UsageError(detail::option_name("emulate-schedule") +
+                     ": empty; give RANK:STEP:SPEED or @NODE:STEP:SPEED, ...");
   std::vector<SpeedChange> out;
   for (const auto entry : split_commas(text)) {
     const auto first = entry.find(':');
     const auto second = first == std::string_view::npos ? first : entry.find(':', first + 1);
     if (second == std::string_view::npos || entry.find(':', second + 1) != std::string_view::npos) {
-      throw UsageError("--emulate-schedule: '" + std::string(entry) + "' is not RANK:STEP:SPEED or @NODE:STEP:SPEED");
+      throw UsageError(detail::option_name("emulate-schedule") + ": '" + std::string(entry) +
+                       "' is not RANK:STEP:SPEED or @NODE:STEP:SPEED");
     }
     const auto who = trim(entry.substr(0, first));
     SpeedChange c;
     if (!who.empty() && who.front() == '@') {
       c.node = std::string(who.substr(1));
-      if (c.node.empty()) throw UsageError("--emulate-schedule: '" + std::string(entry) + "' names no node after '@'");
+      if (c.node.empty())
+        throw UsageError(detail::option_name("emulate-schedule") + ": '" + std::string(entry) +
+                         "' names no node after '@'");
     } else {
-      const double rank = parse_double(who, "--emulate-schedule rank", text);
+      const double rank = parse_double(who, detail::option_name("emulate-schedule") + " rank", text);
       if (rank < 0 || rank != std::floor(rank) || rank > 1e8)
-        throw UsageError("--emulate-schedule: rank " + std::string(who) + " must be a whole number >= 0");
+        throw UsageError(detail::option_name("emulate-schedule") + ": rank " + std::string(who) +
+                         " must be a whole number >= 0");
       c.rank = static_cast<int>(rank);
     }
-    const double step =
-        parse_double(trim(entry.substr(first + 1, second - first - 1)), "--emulate-schedule step", text);
+    const double step = parse_double(trim(entry.substr(first + 1, second - first - 1)),
+                                     detail::option_name("emulate-schedule") + " step", text);
     if (step < 0 || step != std::floor(step) || step > 1e15)
-      throw UsageError("--emulate-schedule: step in '" + std::string(entry) + "' must be a whole number >= 0");
+      throw UsageError(detail::option_name("emulate-schedule") + ": step in '" + std::string(entry) +
+                       "' must be a whole number >= 0");
     c.step = static_cast<std::int64_t>(step);
-    c.speed = parse_double(trim(entry.substr(second + 1)), "--emulate-schedule speed", text);
+    c.speed = parse_double(trim(entry.substr(second + 1)), detail::option_name("emulate-schedule") + " speed", text);
     if (!(c.speed > 0.0))
-      throw UsageError("--emulate-schedule: speed in '" + std::string(entry) + "' must be > 0 (1 = full speed)");
+      throw UsageError(detail::option_name("emulate-schedule") + ": speed in '" + std::string(entry) +
+                       "' must be > 0 (1 = full speed)");
     out.push_back(c);
   }
   return out;
@@ -193,17 +211,18 @@ SpeedEmulator::SpeedEmulator(const EmulationOptions& options, int rank, int worl
   }
   const auto n = options.speeds.size();
   if (n > 1 && n != static_cast<std::size_t>(world_size)) {
-    throw UsageError("--emulate-speed: " + std::to_string(n) + " speeds for " + std::to_string(world_size) +
-                     " ranks; give one per rank or a single value for all");
+    throw UsageError(detail::option_name("emulate-speed") + ": " + std::to_string(n) + " speeds for " +
+                     std::to_string(world_size) + " ranks; give one per rank or a single value for all");
   }
   if (n >= 1) speed_ = options.speeds[n == 1 ? 0 : static_cast<std::size_t>(rank)];
-  if (!(speed_ > 0.0) || !std::isfinite(speed_)) throw UsageError("--emulate-speed: speeds must be finite and > 0");
+  if (!(speed_ > 0.0) || !std::isfinite(speed_))
+    throw UsageError(detail::option_name("emulate-speed") + ": speeds must be finite and > 0");
   if (options.virtual_seconds_per_sample < 0.0) throw UsageError("virtual device: seconds per sample must be >= 0");
   if (!(options.jitter >= 0.0 && options.jitter < 1.0)) throw UsageError("emulation: jitter must be in [0, 1)");
   for (const auto& c : options.schedule) {
     if (c.rank >= world_size) {
-      throw UsageError("--emulate-schedule: rank " + std::to_string(c.rank) + " is not a rank of this " +
-                       std::to_string(world_size) + "-rank job");
+      throw UsageError(detail::option_name("emulate-schedule") + ": rank " + std::to_string(c.rank) +
+                       " is not a rank of this " + std::to_string(world_size) + "-rank job");
     }
     if (c.rank == rank || (c.rank < 0 && !node.empty() && c.node == node)) changes_.emplace_back(c.step, c.speed);
   }

@@ -218,7 +218,7 @@ std::span<const std::byte> as_bytes_of(const T& value) {
 }
 
 // The kinds of entry, and how each looks in the file.
-enum class Kind { floats, int64s, uint64s, bytes, int64, real, string };
+enum class Kind { floats, doubles, int64s, uint64s, bytes, int64, real, string };
 
 struct KindSpec {
   const char* label;  // as shown in messages
@@ -233,6 +233,8 @@ KindSpec spec_of(Kind kind) {
   switch (kind) {
     case Kind::floats:
       return {"float32[]", H5T_FLOAT, 4, H5T_SGN_ERROR, true, "put_floats"};
+    case Kind::doubles:
+      return {"float64[]", H5T_FLOAT, 8, H5T_SGN_ERROR, true, "put_doubles"};
     case Kind::int64s:
       return {"int64[]", H5T_INTEGER, 8, H5T_SGN_2, true, "put_int64s"};
     case Kind::uint64s:
@@ -253,6 +255,8 @@ hid_t native_type(Kind kind) {
   switch (kind) {
     case Kind::floats:
       return H5T_NATIVE_FLOAT;
+    case Kind::doubles:
+      return H5T_NATIVE_DOUBLE;
     case Kind::int64s:
     case Kind::int64:
       return H5T_NATIVE_INT64;
@@ -477,6 +481,12 @@ void CheckpointWriter::put_floats(const std::string& name, std::span<const float
   auto& s = usable(state_);
   H5QuietErrors quiet;
   write_entry(s, name, H5T_NATIVE_FLOAT, static_cast<std::int64_t>(values.size()), values.data(), values.size_bytes());
+}
+
+void CheckpointWriter::put_doubles(const std::string& name, std::span<const double> values) {
+  auto& s = usable(state_);
+  H5QuietErrors quiet;
+  write_entry(s, name, H5T_NATIVE_DOUBLE, static_cast<std::int64_t>(values.size()), values.data(), values.size_bytes());
 }
 
 void CheckpointWriter::put_int64s(const std::string& name, std::span<const std::int64_t> values) {
@@ -785,7 +795,8 @@ std::optional<Kind> kind_of(hid_t dset) {
   H5Handle type = detail::h5_type(H5Dget_type(dset));
   H5Handle space = detail::h5_dataspace(H5Dget_space(dset));
   if (!type.valid() || !space.valid()) return std::nullopt;
-  for (Kind k : {Kind::floats, Kind::int64s, Kind::uint64s, Kind::bytes, Kind::int64, Kind::real, Kind::string}) {
+  for (Kind k :
+       {Kind::floats, Kind::doubles, Kind::int64s, Kind::uint64s, Kind::bytes, Kind::int64, Kind::real, Kind::string}) {
     const KindSpec spec = spec_of(k);
     if (H5Tget_class(type.get()) != spec.type_class) continue;
     if (spec.size != 0 && H5Tget_size(type.get()) != spec.size) continue;
@@ -907,6 +918,12 @@ std::vector<float> CheckpointReader::floats(const std::string& name, std::int64_
   const auto& s = readable(state_);
   H5QuietErrors quiet;
   return bytes_to<float>(read_entry(s, name, Kind::floats, expected_count));
+}
+
+std::vector<double> CheckpointReader::doubles(const std::string& name, std::int64_t expected_count) const {
+  const auto& s = readable(state_);
+  H5QuietErrors quiet;
+  return bytes_to<double>(read_entry(s, name, Kind::doubles, expected_count));
 }
 
 std::vector<std::int64_t> CheckpointReader::int64s(const std::string& name, std::int64_t expected_count) const {

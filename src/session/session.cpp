@@ -287,7 +287,26 @@ void Session::reduce_sums(OverlappedReduction& reduction) {
   impl_->timed_reduction(false, [&] { reduction.finish(); });
 }
 
+namespace {
+
+// A reduction of this rank's sums over `local_samples` samples must come inside a step, for
+// exactly the samples this rank was given: otherwise the mean is divided by the wrong count,
+// silently. The same checks on every rank make a misuse a usage error, not a hang.
+void check_reduction(const agent::Agent& agent, std::int64_t local_samples, const char* call) {
+  if (!agent.in_step()) {
+    throw UsageError(std::string(call) + " outside a step: call begin_step() first (and end_step() after)");
+  }
+  if (local_samples != agent.samples()) {
+    throw UsageError(std::string(call) + ": rank " + std::to_string(agent.rank()) + " reduces sums over " +
+                     std::to_string(local_samples) + " samples but was given " + std::to_string(agent.samples()) +
+                     " this step; the mean would be divided by the wrong count (pass the samples you trained on)");
+  }
+}
+
+}  // namespace
+
 std::int64_t Session::reduce(std::span<float> gradient_sums, std::int64_t local_samples) {
+  check_reduction(impl_->agent, local_samples, "Session::reduce");
   std::int64_t total = 0;
   impl_->timed_reduction(true, [&] {
     // One fused reduction: the count rides in trailing digit slots, exact at any count
@@ -305,6 +324,20 @@ std::int64_t Session::reduce(std::span<float> gradient_sums, std::int64_t local_
     }
     const float scale = total > 0 ? 1.0f / static_cast<float>(total) : 0.0f;
     for (std::size_t i = 0; i < gradient_sums.size(); ++i) gradient_sums[i] = fused[i] * scale;
+  });
+  return total;
+}
+
+std::int64_t Session::reduce(std::span<std::int64_t> sums, std::int64_t local_samples) {
+  check_reduction(impl_->agent, local_samples, "Session::reduce");
+  std::int64_t total = 0;
+  impl_->timed_reduction(true, [&] {
+    std::vector<std::int64_t> fused(sums.begin(), sums.end());
+    fused.push_back(local_samples);  // integers: the count is exact as it is
+    ANTDT_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, fused.data(), static_cast<int>(fused.size()), MPI_INT64_T, MPI_SUM,
+                                  impl_->comm.get()));
+    total = fused.back();
+    std::copy(fused.begin(), fused.end() - 1, sums.begin());
   });
   return total;
 }

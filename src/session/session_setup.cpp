@@ -5,34 +5,45 @@
 
 #include "antdt/error.hpp"
 #include "antdt/sample_count.hpp"
+#include "controller/controller.hpp"
 #include "controller/planner.hpp"
+#include "core/option_names.hpp"
 
 namespace antdt::detail {
 
-void validate_session_options(const SessionOptions& o, int world) {
-  if (o.dataset_size < 1) throw UsageError("Session: the data set is empty (dataset_size must be at least 1)");
-  if (o.global_batch < 1) throw UsageError("Session: global_batch must be at least 1");
+void validate_session_options(const SessionOptions& o, int world, bool dataset_known) {
+  const auto name = [](const char* key) { return option_name(key); };
+  if (dataset_known && o.dataset_size < 1) throw UsageError("the data set is empty: it needs at least 1 sample");
+  if (o.global_batch < 1) throw UsageError(name("global-batch") + " must be at least 1");
   // The reduced sample count is exact at any B on up to kExactCountMaxRanks ranks, and at any
   // world size while B <= 2^24 (antdt/sample_count.hpp).
   if (world > kExactCountMaxRanks && o.global_batch > (std::int64_t{1} << 24)) {
-    throw UsageError("Session: on more than " + std::to_string(kExactCountMaxRanks) +
-                     " ranks the reduced sample count is exact only up to 2^24 = 16777216 samples per step, but "
-                     "global_batch is " +
-                     std::to_string(o.global_batch));
+    throw UsageError("on more than " + std::to_string(kExactCountMaxRanks) +
+                     " ranks the reduced sample count is exact only up to 2^24 = 16777216 samples per step, but " +
+                     name("global-batch") + " is " + std::to_string(o.global_batch));
   }
-  if (o.micro_batch_cap < 0) throw UsageError("Session: micro_batch_cap must be >= 0 (0 = no cap)");
-  if (o.prefetch_steps < 1) throw UsageError("Session: prefetch_steps must be at least 1");
+  if (o.micro_batch_cap < 0) throw UsageError(name("micro-batch-cap") + " must be >= 0 (0 = no cap)");
+  if (o.prefetch_steps < 1) throw UsageError(name("prefetch-steps") + " must be at least 1");
   if (!(o.step_timeout_seconds >= 0.0) || o.step_timeout_seconds > 1e9)
-    throw UsageError("Session: step_timeout_seconds must be 0 (none) or positive seconds");
-  if (o.max_epochs < 0 || o.max_steps < 0) throw UsageError("Session: max_epochs and max_steps must be >= 0");
+    throw UsageError(name("step-timeout") + " must be 0 (none) or positive seconds");
+  if (o.max_epochs < 0 || o.max_steps < 0) throw UsageError(name("epochs") + " and " + name("steps") + " must be >= 0");
   if (o.max_epochs == 0 && o.max_steps == 0) {
-    throw UsageError("Session: set max_steps or max_epochs (both 0 would train forever)");
+    throw UsageError("give " + name("steps") + " or " + name("epochs") + " (or both): with neither the run never ends");
   }
   if (!o.emulation.speeds.empty() && o.emulation.speeds.size() != 1 &&
       o.emulation.speeds.size() != static_cast<std::size_t>(world)) {
-    throw UsageError("Session: --emulate-speed has " + std::to_string(o.emulation.speeds.size()) +
+    throw UsageError(name("emulate-speed") + " has " + std::to_string(o.emulation.speeds.size()) +
                      " values but the job has " + std::to_string(world) + " ranks (give one per rank, or one for all)");
   }
+  for (const auto& c : o.emulation.schedule) {
+    if (c.rank >= world) {
+      throw UsageError(name("emulate-schedule") + ": rank " + std::to_string(c.rank) + " is not a rank of this " +
+                       std::to_string(world) + "-rank job");
+    }
+  }
+  (void)make_policy(o.controller.policy);  // UsageError naming the known ones
+  (void)pool_options(o, world);
+  if (!o.fixed_split.empty()) (void)first_plan(o, std::vector<std::int64_t>(static_cast<std::size_t>(world), 1), {});
 }
 
 dds::LedgerOptions session_ledger_options(const SessionOptions& o, int world) {
@@ -58,10 +69,12 @@ PoolOptions pool_options(const SessionOptions& o, int world) {
   p.first_chunk = o.first_chunk;
   p.mechanism = o.pool_mechanism;
   if (p.pooled && backups >= world) {
-    throw UsageError("Session: " + std::to_string(backups) + " backup workers of " + std::to_string(world) +
-                     " ranks; give 0 to " + std::to_string(world - 1) + " (a step needs a rank that is not a backup)");
+    throw UsageError(option_name("backup-workers") + " " + std::to_string(backups) +
+                     " leaves no rank to do a step of this " + std::to_string(world) + "-rank job (give 0 to " +
+                     std::to_string(world - 1) + ")");
   }
-  if (const std::string why = pool_chunking_problem(p); !why.empty()) throw UsageError("Session: " + why);
+  if (const std::string why = pool_chunking_problem(p); !why.empty())
+    throw UsageError(option_name("nd-chunks") + ", " + option_name("nd-first-chunk") + ": " + why);
   return p;
 }
 
@@ -87,17 +100,19 @@ protocol::StepCoordinatorOptions coordinator_options(const SessionOptions& o, co
 Plan first_plan(const SessionOptions& o, const std::vector<std::int64_t>& caps, const std::vector<double>& priors) {
   if (!o.fixed_split.empty()) {
     if (policy_rebalances(o.controller.policy))
-      throw UsageError("Session: a fixed split is for policy static, not " + o.controller.policy);
+      throw UsageError(option_name("fixed-split") + " is for " + option_name("policy") + " static, not " +
+                       o.controller.policy);
     if (o.fixed_split.size() != caps.size()) {
-      throw UsageError("Session: a fixed split of " + std::to_string(o.fixed_split.size()) + " batches for " +
-                       std::to_string(caps.size()) + " ranks");
+      throw UsageError(option_name("fixed-split") + " has " + std::to_string(o.fixed_split.size()) +
+                       " batches but the job has " + std::to_string(caps.size()) + " ranks (give one per rank)");
     }
     Plan p = equal_plan(o.global_batch, caps, 0);
     p.batch = o.fixed_split;
     update_accumulation(p);
     p.reason = "fixed split";
     if (const std::string problem = plan_problem(p); !problem.empty())
-      throw UsageError("Session: the fixed split is not a plan: " + problem);
+      throw UsageError(option_name("fixed-split") + " is not a split of " + option_name("global-batch") + " " +
+                       std::to_string(o.global_batch) + ": " + problem);
     return p;
   }
   const bool have_priors = std::any_of(priors.begin(), priors.end(), [](double p) { return p > 0; });

@@ -6,6 +6,7 @@
 
 #include "agent/emulation.hpp"
 #include "antdt/error.hpp"
+#include "antdt/options.hpp"
 
 using antdt::EmulationOptions;
 using antdt::SpeedEmulator;
@@ -16,13 +17,25 @@ TEST(Emulation, ParsesSpeeds) {
   for (const char* bad : {"", "1,,2", "1,abc", "0", "1,-1", "1,inf", "nan", "1;2", "1,2,"}) {
     EXPECT_THROW((void)antdt::parse_speeds(bad), antdt::UsageError) << "'" << bad << "'";
   }
-  try {
-    (void)antdt::parse_speeds("1,x");
-  } catch (const antdt::UsageError& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find("--emulate-speed"), std::string::npos);
+  // The message names the option as the program lets its user set it: a flag on a command
+  // line, a field in code, a keyword in Python.
+  const auto message = [] {
+    try {
+      (void)antdt::parse_speeds("1,x");
+    } catch (const antdt::UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  for (const auto& [style, name] : {std::pair{antdt::OptionNames::flags, "--emulate-speed:"},
+                                    std::pair{antdt::OptionNames::fields, "JobOptions::session.emulation.speeds:"},
+                                    std::pair{antdt::OptionNames::keywords, "emulate_speed:"}}) {
+    antdt::set_option_names(style);
+    const std::string what = message();
+    EXPECT_EQ(what.rfind(name, 0), 0U) << what;
     EXPECT_EQ(what.find('\n'), std::string::npos) << "one line";
   }
+  antdt::set_option_names(antdt::OptionNames::fields);
 }
 
 TEST(Emulation, ParsesTransient) {

@@ -338,24 +338,38 @@ TEST(Session, UserReduceAveragesOverAllSamples) {
 
 // Session::reduce carries the count in digit slots of its one all-reduce: counts past 2^24, odd
 // (no float holds them), come back exact, and the sums are divided by that exact count.
-TEST(Session, UserReduceCountsAbove2To24Exactly) {
+// A reduction divides by the samples every rank says it trained on: a rank that passes another
+// count than it was given (or reduces outside a step) is a usage error, not a silently wrong
+// mean. (The count's exactness above 2^24 is ReduceTest.SampleCountsAbove2To24StayExact.)
+TEST(Session, UserReduceRefusesAWrongSampleCount) {
   SessionOptions o;
   o.dataset_size = 100;
   o.global_batch = 10;
-  o.max_steps = 1;
+  o.max_steps = 2;
   o.controller.policy = "static";
   Session s(MPI_COMM_WORLD, o);
-  (void)s.begin_step();
-  const int rank = s.rank();
-  const std::int64_t mine = (std::int64_t{1} << 24) + (rank == 0 ? 1 : 2 * rank + 2);
-  std::int64_t total = 0;
-  for (int r = 0; r < s.size(); ++r) total += (std::int64_t{1} << 24) + (r == 0 ? 1 : 2 * r + 2);
-  std::vector<float> g{static_cast<float>(mine), 3.0f * static_cast<float>(mine)};  // sums of mean 1 and 3
-  const std::int64_t b = s.reduce(g, mine);
-  s.end_step();
-  EXPECT_EQ(b, total);
-  EXPECT_NEAR(g[0], 1.0f, 1e-6);
-  EXPECT_NEAR(g[1], 3.0f, 3e-6);
+  std::vector<float> g{1.0f, 2.0f};
+  EXPECT_THROW((void)s.reduce(g, 0), antdt::UsageError) << "before begin_step";
+  const auto work = s.begin_step();
+  const auto mine = static_cast<std::int64_t>(work.samples.size());
+  try {
+    (void)s.reduce(g, mine + 7);
+    ADD_FAILURE() << "7 samples more than this rank was given were accepted";
+  } catch (const antdt::UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("was given " + std::to_string(mine)), std::string::npos) << e.what();
+  }
+  g = {static_cast<float>(mine), 3.0f * static_cast<float>(mine)};  // sums of mean 1 and 3
+  EXPECT_EQ(s.reduce(g, mine), o.global_batch);
+  EXPECT_FLOAT_EQ(g[0], 1.0f);
+  EXPECT_FLOAT_EQ(g[1], 3.0f);
+  (void)s.end_step();
+  // Fixed-point sums reduce exactly, whatever the split.
+  const auto next = s.begin_step();
+  std::vector<std::int64_t> fixed{static_cast<std::int64_t>(next.samples.size()) * 3, -1};
+  EXPECT_EQ(s.reduce(fixed, static_cast<std::int64_t>(next.samples.size())), o.global_batch);
+  EXPECT_EQ(fixed[0], 3 * o.global_batch);
+  EXPECT_EQ(fixed[1], -s.size());
+  (void)s.end_step();
 }
 
 TEST(Session, RestoreReplaysAndElasticRestoreKeepsExactlyOnce) {

@@ -1,12 +1,15 @@
-#include "train/stop.hpp"
+#include "job/stop_signals.hpp"
 
-#include <csignal>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstring>
 #include <utility>
 
 #include "antdt/error.hpp"
+#include "core/option_names.hpp"
 
-namespace antdt::train {
+namespace antdt::detail {
 
 namespace {
 
@@ -35,7 +38,7 @@ std::vector<int> parse_stop_signals(const std::string& spec) {
     for (const auto& [n, s] : kNames)
       if (name == n) found = s;
     if (found == 0) {
-      throw UsageError("--stop-signals '" + spec + "': '" + name +
+      throw UsageError(option_name("stop-signals") + " '" + spec + "': '" + name +
                        "' is not one of TERM, INT, USR1, USR2, HUP, QUIT, XCPU, ALRM, URG (or give none)");
     }
     out.push_back(found);
@@ -43,17 +46,25 @@ std::vector<int> parse_stop_signals(const std::string& spec) {
   return out;
 }
 
-void install_stop_handlers(const std::vector<int>& signals) {
+StopSignals::StopSignals(const std::vector<int>& signals) {
   struct sigaction action {};
   action.sa_handler = on_stop_signal;
   sigemptyset(&action.sa_mask);
   // Restart interrupted reads and writes (HDF5, MPI's sockets); the second signal is the default.
   action.sa_flags = SA_RESTART | SA_RESETHAND;
   for (int s : signals) {
-    if (sigaction(s, &action, nullptr) != 0)
-      throw Error("cannot handle " + signal_name(s) + ": " + std::strerror(errno));
+    struct sigaction old {};
+    if (sigaction(s, &action, &old) != 0) throw Error("cannot handle " + signal_name(s) + ": " + std::strerror(errno));
+    previous_.emplace_back(s, old);
   }
+  parent_ = static_cast<int>(getppid());
 }
+
+StopSignals::~StopSignals() {
+  for (auto& [s, old] : previous_) (void)sigaction(s, &old, nullptr);
+}
+
+bool StopSignals::launcher_gone() const noexcept { return parent_ > 1 && static_cast<int>(getppid()) != parent_; }
 
 int stop_signal() noexcept { return g_signal; }
 
@@ -63,4 +74,4 @@ std::string signal_name(int signal) {
   return "signal " + std::to_string(signal);
 }
 
-}  // namespace antdt::train
+}  // namespace antdt::detail

@@ -1,4 +1,4 @@
-#include "cli/paths.hpp"
+#include "job/paths.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -12,6 +12,7 @@
 
 #include "antdt/checkpoint.hpp"
 #include "antdt/error.hpp"
+#include "core/option_names.hpp"
 
 namespace antdt::cli {
 
@@ -92,7 +93,8 @@ void check_outputs(const std::vector<NamedPath>& outputs, const std::vector<Name
     }
     if (!checkpoint_dir.empty() && canonical_of(parent.string()) == canonical_of(checkpoint_dir) &&
         is_checkpoint_store_name(fs::path(out.path).filename().string())) {
-      throw UsageError(quoted(out) + " names a file of the checkpoint store in --checkpoint-dir '" + checkpoint_dir +
+      throw UsageError(quoted(out) + " names a file of the checkpoint store in " +
+                       detail::option_name("checkpoint-dir") + " '" + checkpoint_dir +
                        "'; give the output another name");
     }
   }

@@ -1,4 +1,4 @@
-// antdt-train's kill-restart bookkeeping in the checkpoint directory (docs/nd.md). Rank 0 only.
+// Private: a job's kill-restart bookkeeping in the checkpoint directory (docs/nd.md). Rank 0 only.
 //
 //   antdt-restart-exclude   the nodes to leave out when the job is resubmitted, one per line;
 //                           each restart adds its nodes (scripts/slurm reads it)
@@ -9,9 +9,9 @@
 
 #include <string>
 
-#include "controller/controller.hpp"
+#include "antdt/options.hpp"
 
-namespace antdt::train {
+namespace antdt::detail {
 
 inline constexpr const char* kRestartExcludeFile = "antdt-restart-exclude";
 inline constexpr const char* kRestartPendingFile = "antdt-restart-pending";
@@ -25,4 +25,4 @@ double note_relaunch(const std::string& dir);
 // file and marks the restart pending. FileError when the files cannot be written.
 void record_restart_exit(const std::string& dir, const RestartDecision& decision);
 
-}  // namespace antdt::train
+}  // namespace antdt::detail

@@ -1,4 +1,4 @@
-#include "train/restart.hpp"
+#include "job/restart_records.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -9,7 +9,7 @@
 
 #include "antdt/error.hpp"
 
-namespace antdt::train {
+namespace antdt::detail {
 
 namespace {
 
@@ -68,4 +68,4 @@ void record_restart_exit(const std::string& dir, const RestartDecision& decision
   if (!e || !p) throw FileError("cannot write the restart records in " + dir + " (" + exclude + ", " + pending + ")");
 }
 
-}  // namespace antdt::train
+}  // namespace antdt::detail
