@@ -375,6 +375,14 @@ inline void add_job_options(CLI::App& app, JobOptions& o) {
       ->group(pol)
       ->check(in_range<double>(0.0, 1.0))
       ->capture_default_str();
+  if (have_auto) {
+    last(app.add_option("--min-pool-gain", s.controller.min_pool_gain,
+                        "auto: switch between pooled and plain steps only when the predicted mean step improves by "
+                        "more than this fraction (besides the model's measured error)"))
+        ->group(pol)
+        ->check(in_range<double>(0.0, 0.99))
+        ->capture_default_str();
+  }
   last(app.add_option("--min-interval", s.controller.min_interval, "Steps between plan changes, at least"))
       ->group(pol)
       ->check(at_least<std::int64_t>(0))
@@ -397,7 +405,8 @@ inline void add_job_options(CLI::App& app, JobOptions& o) {
       ->group(emu);
   last(app.add_option_function<std::string>(
            "--emulate-transient", [&e](const std::string& v) { parse_transient(v, e); },
-           "P,FACTOR,STEPS: each step a rank starts a FACTORx slowdown for STEPS steps with probability P"))
+           "P,FACTOR,STEPS[,FROM[,UNTIL]]: each step (from step FROM, until step UNTIL) a rank starts a FACTORx "
+           "slowdown for STEPS steps with probability P"))
       ->group(emu);
   last(app.add_option_function<std::string>(
            "--emulate-schedule", [&e](const std::string& v) { e.schedule = parse_schedule(v); },

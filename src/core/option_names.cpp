@@ -31,6 +31,7 @@ constexpr std::pair<std::string_view, std::string_view> kFields[] = {
     {"restart-cooldown", "session.controller.restart.cooldown_steps"},
     {"fixed-split", "session.fixed_split"},
     {"min-gain", "session.controller.min_gain"},
+    {"min-pool-gain", "session.controller.min_pool_gain"},
     {"min-interval", "session.controller.min_interval"},
     {"window", "session.controller.window"},
     {"persistence", "session.controller.persistence"},
