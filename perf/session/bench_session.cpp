@@ -47,6 +47,8 @@ struct Options {
   std::int64_t dataset = 1 << 16;
   double step_timeout = SessionOptions{}.step_timeout_seconds;
   double wait_ms = 9.0;
+  std::string fixed_split;  // policy "fixed": static with this split
+  double seconds = 0.0;     // > 0: each run's timed part lasts this long (then it stops), not --steps
 };
 
 double median(std::vector<double> v) {
@@ -74,6 +76,10 @@ struct RunResult {
   double pool_us_per_step = 0, atomics_per_step = 0;  // pooled steps, the most of any rank
   std::size_t reply_bytes = 0;                        // most bytes any rank received in one step's control exchange
   std::int64_t plan_changes = 0;
+  std::int64_t timed_steps = 0;
+  std::int64_t pooled_steps = 0;             // of the timed steps, those its plans pooled
+  std::vector<double> x;                     // rank 0's Monitor: each rank's window median speed at the end
+  std::int64_t duplicated = 0, missing = 0;  // over the completed epochs (rank 0)
   std::vector<std::int64_t> split;
 };
 
@@ -89,8 +95,12 @@ RunResult run_session(const Options& o, const std::string& policy, const Emulati
   SessionOptions so;
   so.dataset_size = o.dataset;
   so.global_batch = o.global_batch;
-  so.max_steps = o.steps;
-  so.controller.policy = policy;
+  so.max_steps = o.seconds > 0 ? std::int64_t{1} << 40 : o.steps;
+  const bool fixed = policy == "fixed";
+  so.controller.policy = fixed ? "static" : policy;
+  if (fixed) {
+    for (const double b : parse_speeds(o.fixed_split)) so.fixed_split.push_back(static_cast<std::int64_t>(b));
+  }
   so.controller.min_interval = 10;
   so.emulation = emu;
   so.gradient_bytes = model->gradient_count() * 4;
@@ -100,7 +110,7 @@ RunResult run_session(const Options& o, const std::string& policy, const Emulati
   std::vector<float> x;
   std::vector<std::int32_t> y;
   const auto dim = mc.layers.front(), classes = mc.layers.back();
-  if (policy != "static") {
+  if (policy != "static" && !fixed) {
     fill({0, 1, 2, 3}, dim, classes, x, y);
     s.probe([&](std::int64_t) {
       model->zero_gradients();
@@ -108,7 +118,7 @@ RunResult run_session(const Options& o, const std::string& policy, const Emulati
     });
   }
   double t0 = 0, control = 0;
-  std::int64_t measured_samples = 0;
+  std::int64_t measured_samples = 0, pooled_steps = 0, timed_steps = 0;
   unsigned long long bytes = 0;
   for (std::int64_t step = 0; !s.finished(); ++step) {
     if (step == o.warmup) {
@@ -118,6 +128,8 @@ RunResult run_session(const Options& o, const std::string& policy, const Emulati
     const double c0 = MPI_Wtime();
     StepWork w = s.begin_step();
     control += step >= o.warmup ? MPI_Wtime() - c0 : 0.0;
+    pooled_steps += step >= o.warmup && w.pooled ? 1 : 0;
+    timed_steps += step >= o.warmup ? 1 : 0;
     model->zero_gradients();
     if (w.pooled) {  // nd: claim micro-chunks of the step until B are claimed
       for (auto chunk = s.next_chunk(); !chunk.empty(); chunk = s.next_chunk()) {
@@ -143,6 +155,8 @@ RunResult run_session(const Options& o, const std::string& policy, const Emulati
       control += MPI_Wtime() - c1;
       measured_samples += sum.samples;
       if (!sum.plan_changed) bytes = std::max<unsigned long long>(bytes, s.control_bytes_received());
+      // A timed run: rank 0 asks every rank to stop once the time is up (the next step is the last).
+      if (o.seconds > 0 && rank == 0 && MPI_Wtime() - t0 >= o.seconds) s.request_stop();
     }
   }
   MPI_Barrier(MPI_COMM_WORLD);
@@ -166,6 +180,8 @@ RunResult run_session(const Options& o, const std::string& policy, const Emulati
                                                 : std::accumulate(xs.begin(), xs.end(), 0.0);
     r.plan_changes = static_cast<std::int64_t>(s.plan_history().size()) - 1;
     r.split = s.plan().batch;
+    r.x = xs;
+    for (const auto& c : s.coverage()) r.duplicated += c.duplicated, r.missing += c.missing;
   }
   MPI_Bcast(&r.ideal_measured, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
   MPI_Bcast(&r.dds_fraction, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
@@ -173,6 +189,8 @@ RunResult run_session(const Options& o, const std::string& policy, const Emulati
   MPI_Bcast(&r.plan_changes, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
   MPI_Allreduce(MPI_IN_PLACE, &bytes, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
   r.reply_bytes = bytes;
+  r.pooled_steps = pooled_steps;
+  r.timed_steps = timed_steps;
   double pool[2] = {1e6 * s.pool_cost().seconds / static_cast<double>(o.steps),
                     static_cast<double>(s.pool_cost().atomics) / static_cast<double>(o.steps)};
   MPI_Allreduce(MPI_IN_PLACE, pool, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
@@ -239,6 +257,12 @@ double percentile(std::vector<double> v, double q) {
   return v.empty() ? 0.0 : v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1))];
 }
 
+std::string join_x(const std::vector<double>& v) {
+  std::string s;
+  for (auto x : v) s += (s.empty() ? "" : ",") + std::to_string(static_cast<long long>(x));
+  return s;
+}
+
 std::string join(const std::vector<std::int64_t>& v) {
   std::string s;
   for (auto x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
@@ -258,7 +282,9 @@ int main(int argc, char** argv) {
   app.add_option("--speeds", o.speeds, "Emulated per-rank speeds (efficiency mode; default 1,..,1,0.33)");
   app.add_option("--transient", o.transient,
                  "P,FACTOR,STEPS slowdowns (transient mode: default 0.1,3,1; efficiency mode: none unless given)");
-  app.add_option("--policies", o.policies, "Policies compared in efficiency mode")->capture_default_str();
+  app.add_option("--policies", o.policies,
+                 "Policies compared in efficiency mode (static, dd, nd, auto, and fixed: static with --fixed-split)")
+      ->capture_default_str();
   app.add_option("--steps", o.steps, "Steps per run")->capture_default_str();
   app.add_option("--warmup", o.warmup, "Steps excluded from timing")->capture_default_str();
   app.add_option("--repeats", o.repeats, "Runs per configuration (the median is reported)")->capture_default_str();
@@ -269,6 +295,13 @@ int main(int argc, char** argv) {
   app.add_option("--step-timeout", o.step_timeout,
                  "Seconds rank 0 waits at a reduction before it names a stalled rank (0: blocking collectives, "
                  "no step gate)")
+      ->capture_default_str();
+  app.add_option("--fixed-split", o.fixed_split,
+                 "Batches per rank, comma separated, for the policy 'fixed' (static with this split)");
+  app.add_option(
+         "--seconds", o.seconds,
+         "Efficiency mode: each run's timed part lasts this many seconds instead of --steps steps (0: by steps)")
+      ->check(CLI::Range(0.0, 1e6))
       ->capture_default_str();
   app.add_option("--wait-ms", o.wait_ms, "Length of each wait in wait mode, milliseconds (0.001 to 10000)")
       ->check(CLI::Range(0.001, 10000.0))
@@ -399,6 +432,14 @@ int main(int argc, char** argv) {
           std::printf(" pool: %.1f atomics, %.1f us per step (most of any rank)", a.atomics_per_step,
                       a.pool_us_per_step);
         std::printf("\n");
+        // One line per run for scripts (perf/controller/auto-virtual.sh).
+        std::printf(
+            "RUN policy=%s repeat=%d throughput=%.1f efficiency=%.5f plan_changes=%lld pooled_steps=%lld of %lld "
+            "duplicated=%lld missing=%lld split=%s x=%s\n",
+            policies[p].c_str(), r, a.throughput, a.throughput / a.ideal, static_cast<long long>(a.plan_changes),
+            static_cast<long long>(a.pooled_steps), static_cast<long long>(a.timed_steps),
+            static_cast<long long>(a.duplicated), static_cast<long long>(a.missing), join(a.split).c_str(),
+            join_x(a.x).c_str());
       }
     }
   }
