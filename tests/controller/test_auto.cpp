@@ -154,3 +154,31 @@ TEST(Auto, EverySwitchIsExplainedAndReported) {
   c.controller.policy = "nd";
   EXPECT_FALSE(simulate(c).pooling.chooses) << "nd pools every step: no choice to report";
 }
+
+// React to change: a rank turns 2.5x slower for good at step 200. dd follows once the rank's
+// window median has moved and the gain has held for `persistence` steps (about 15 steps); auto
+// pools within a few steps, so the step is protected at once, then rebalances as dd does and
+// stops pooling once the split fits again.
+TEST(Auto, ALastingSlowdownIsAbsorbedWithinAFewStepsThenRebalanced) {
+  SimConfig c = scenario({1, 1, 1, 1}, "", 1);
+  c.emulation.schedule = antdt::parse_schedule("3:200:0.4");
+  const Runs r = run_all(c);
+  const auto s = switches(r.automatic);
+  ASSERT_EQ(s.size(), 3U);
+  EXPECT_TRUE(s[1].second);
+  EXPECT_GT(s[1].first, 200);
+  EXPECT_LE(s[1].first, 210) << "pooled within a few steps of the slowdown";
+  EXPECT_FALSE(s[2].second);
+  EXPECT_LE(s[2].first, 240) << "plain again once the split fits";
+  std::int64_t rebalanced = -1;
+  for (const auto& p : r.automatic.plans)
+    if (rebalanced < 0 && p.batch[3] < 25) rebalanced = p.effective_step;
+  EXPECT_GT(rebalanced, 200);
+  EXPECT_LE(rebalanced, 230) << "the split follows within tens of steps";
+  std::int64_t dd_rebalanced = -1;
+  for (const auto& p : r.dd.plans)
+    if (dd_rebalanced < 0 && p.batch[3] < 25) dd_rebalanced = p.effective_step;
+  EXPECT_GT(dd_rebalanced, 200);
+  EXPECT_LE(dd_rebalanced, 230) << "dd too: within tens of steps";
+  EXPECT_GT(r.automatic.throughput, r.dd.throughput);
+}
