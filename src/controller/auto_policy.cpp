@@ -91,6 +91,10 @@ void AutoPolicy::measure(const Monitor& m) {
     st_.overhead_measured = true;
   }
   if (pooled < kMeasuredSteps || plain < kMeasuredSteps) return;
+  // O(ranks x window): only as the steps of the mode switched to reach 3, 6 and 12 (not at every
+  // step while the window holds both modes; at 10,000 ranks each is a few milliseconds).
+  const int newer = st_.ring.back().pooled ? pooled : plain;
+  if (newer != kMeasuredSteps && newer != 2 * kMeasuredSteps && newer != 4 * kMeasuredSteps) return;
   std::vector<double> ratios, in_pooled, in_plain;
   const auto n = st_.ring.size();
   for (int i = 0; i < m.world_size(); ++i) {
@@ -102,7 +106,7 @@ void AutoPolicy::measure(const Monitor& m) {
         (st_.ring[k].pooled ? in_pooled : in_plain).push_back(static_cast<double>(st.samples) / st.compute_seconds);
     }
     if (static_cast<int>(in_pooled.size()) >= kMeasuredSteps && static_cast<int>(in_plain.size()) >= kMeasuredSteps)
-      ratios.push_back(median(in_pooled) / median(in_plain));
+      ratios.push_back(median_in_place(in_pooled) / median_in_place(in_plain));
   }
   if (ratios.empty()) return;
   st_.efficiency = std::clamp(median(ratios), kMinEfficiency, kMaxEfficiency);
