@@ -1,7 +1,7 @@
 # Installs the build tree into a scratch prefix, moves the prefix elsewhere (an installed tree
-# must run from wherever it is put), then configures, builds and runs a tiny consumer project
-# against it with find_package(antdt), and runs the installed antdt-train, all with no
-# LD_LIBRARY_PATH. Invoked by ctest as cmake -P.
+# must run from wherever it is put), then configures, builds and runs the installed examples
+# (share/antdt/examples) against it with find_package(antdt), and runs the installed
+# antdt-train, all with no LD_LIBRARY_PATH. Invoked by ctest as cmake -P.
 #   CONSUMER_CXX_FLAGS / CONSUMER_LINKER_FLAGS: the build's own flags, so that a consumer of a
 #   sanitized library (the asan preset) is built with the same sanitizers.
 file(REMOVE_RECURSE ${WORK_DIR})
@@ -18,15 +18,33 @@ endfunction()
 run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${installed})
 file(MAKE_DIRECTORY ${WORK_DIR}/moved)
 file(RENAME ${installed} ${prefix})
-run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/install/consumer -B ${WORK_DIR}/build -G ${CMAKE_GENERATOR}
+# A user's project: the examples as installed (share/antdt/examples), built against the
+# installed package alone (find_package(antdt COMPONENTS cli)).
+run(${CMAKE_COMMAND} -S ${prefix}/share/antdt/examples -B ${WORK_DIR}/build -G ${CMAKE_GENERATOR}
     -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release
-    "-DCMAKE_CXX_FLAGS=${CONSUMER_CXX_FLAGS}" "-DCMAKE_EXE_LINKER_FLAGS=${CONSUMER_LINKER_FLAGS}"
-    -DANTDT_EXAMPLE_SOURCE=${SOURCE_DIR}/apps/examples/least_squares.cpp)
+    "-DCMAKE_CXX_FLAGS=${CONSUMER_CXX_FLAGS}" "-DCMAKE_EXE_LINKER_FLAGS=${CONSUMER_LINKER_FLAGS}")
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
-run(${MPIEXEC} -n 3 --oversubscribe --allow-run-as-root ${WORK_DIR}/build/antdt_consumer 150 1,1,0.5)
+run(${MPIEXEC} -n 3 --oversubscribe --allow-run-as-root ${WORK_DIR}/build/antdt-example-least-squares --steps 150
+    --emulate-speed 1,1,0.5 --quiet --summary-json ${WORK_DIR}/least-squares.json)
 message("${LAST_OUT}")
-if(NOT LAST_OUT MATCHES "antdt consumer OK")
-  message(FATAL_ERROR "the consumer did not report success")
+if(NOT LAST_OUT MATCHES "the true weights recovered")
+  message(FATAL_ERROR "the installed least-squares example did not recover the true weights")
+endif()
+file(READ ${WORK_DIR}/least-squares.json summary)
+if(NOT summary MATCHES "\"duplicated_samples\": 0," OR NOT summary MATCHES "\"missing_samples\": 0,")
+  message(FATAL_ERROR "the installed least-squares example trained a sample twice or missed one:\n${summary}")
+endif()
+run(${MPIEXEC} -n 2 --oversubscribe --allow-run-as-root ${WORK_DIR}/build/antdt-example-mlp-adam --steps 5 --quiet
+    --checkpoint-dir ${WORK_DIR}/mlp-ckpt)
+if(NOT EXISTS ${WORK_DIR}/mlp-ckpt/ckpt-00000005.h5)
+  message(FATAL_ERROR "the installed MLP example did not checkpoint its 5 steps")
+endif()
+# Without CLI11 the cli component is not found, and find_package says what to install.
+execute_process(COMMAND ${CMAKE_COMMAND} -S ${prefix}/share/antdt/examples -B ${WORK_DIR}/build-no-cli11
+                        -G ${CMAKE_GENERATOR} -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_DISABLE_FIND_PACKAGE_CLI11=TRUE
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(rc EQUAL 0 OR NOT "${out}${err}" MATCHES "needs CLI11")
+  message(FATAL_ERROR "without CLI11, find_package(antdt COMPONENTS cli) must fail naming CLI11:\n${out}${err}")
 endif()
 # The installed apps start from the moved prefix: they find libantdt through their run path.
 if(EXISTS ${prefix}/bin/antdt-train)
