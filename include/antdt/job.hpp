@@ -6,7 +6,7 @@
 //     antdt::JobOptions opt;
 //     antdt::add_job_options(app, opt);                   // antdt/cli.hpp: --global-batch, --policy,
 //     /* your own options */                              //   --checkpoint-*, --resume, ...
-//     if (int code = antdt::parse(app, argc, argv); code >= 0) return code;
+//     if (int code = antdt::parse(app, argc, argv, opt); code >= 0) return code;
 //     return antdt::run_main("my-trainer", [&] {
 //       opt.session.dataset_size = my_data.size();
 //       antdt::Job job(opt);
@@ -125,8 +125,8 @@ class Job {
   Job(const Job&) = delete;
   Job& operator=(const Job&) = delete;
 
-  // --- The program's own state (before the first next_step) ------------------------------
-  // Saved by rank 0 in every checkpoint under "state/<name>" and, on a resume, read back into
+  // --- The program's own state (before the first next_step; UsageError after it) ----------
+  // Saved by rank 0 in every checkpoint under <name> and, on a resume, read back into
   // the same memory on every rank, whatever the number of ranks. So it must be the same on
   // every rank (parameters, optimizer moments, a shared RNG's state). The memory must stay
   // valid and keep its size for the life of the job. Names: [A-Za-z0-9_.-] components joined

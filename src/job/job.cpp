@@ -60,8 +60,15 @@ std::string format_eta(double seconds) {
   return buf;
 }
 
-// A name the checkpoint store accepts and the job does not own.
-void check_state_name(const std::string& name) {
+// A name the checkpoint store accepts and the job does not own, registered before the first
+// step: a resume restores state as the first next_step() begins, so state added later would be
+// saved in every checkpoint and never read back.
+void check_state_name(const std::string& name, bool started) {
+  if (started) {
+    throw UsageError("Job::add_state: '" + name +
+                     "' is registered after the first next_step(); a resume would never restore it: register "
+                     "all state before the loop");
+  }
   if (name.rfind("antdt/", 0) == 0 || name.rfind("job/", 0) == 0) {
     throw UsageError("Job::add_state: '" + name + "' is under antdt/ or job/, which antdt keeps for itself");
   }
@@ -599,20 +606,20 @@ Job::Job(JobOptions options, MPI_Comm comm) : impl_(std::make_unique<Impl>(std::
 Job::~Job() = default;
 
 void Job::add_state(const std::string& name, std::span<float> values) {
-  check_state_name(name);
+  check_state_name(name, impl_->started);
   impl_->states.push_back({State::Kind::floats, name, values, {}, {}, {}, {}});
 }
 void Job::add_state(const std::string& name, std::span<double> values) {
-  check_state_name(name);
+  check_state_name(name, impl_->started);
   impl_->states.push_back({State::Kind::doubles, name, {}, values, {}, {}, {}});
 }
 void Job::add_state(const std::string& name, std::span<std::int64_t> values) {
-  check_state_name(name);
+  check_state_name(name, impl_->started);
   impl_->states.push_back({State::Kind::int64s, name, {}, {}, values, {}, {}});
 }
 void Job::add_state(const std::string& name, std::function<std::vector<std::byte>()> save,
                     std::function<void(std::span<const std::byte>)> load) {
-  check_state_name(name);
+  check_state_name(name, impl_->started);
   if (!save || !load) throw UsageError("Job::add_state: '" + name + "' needs both a save and a load function");
   impl_->states.push_back({State::Kind::bytes, name, {}, {}, {}, std::move(save), std::move(load)});
 }
