@@ -171,6 +171,15 @@ class Job {
   // Local: this rank's loss summed over its samples (and how many it got right), for the
   // progress line and the summary. May be called once per micro-batch.
   void add_loss(double loss_sum, std::int64_t correct = 0);
+  // Local: asks the run to stop after the step under way (between steps: after the next one),
+  // as a stop signal does: a checkpoint of that step, then next_step() returns false on every
+  // rank and exit_code() is kExitStopped (76). For a program's own stop condition (a time
+  // budget it keeps, a request it reads from a file or a scheduler).
+  void request_stop() noexcept;
+  // Local: asks for a checkpoint after the step under way (between steps: after the next one),
+  // besides the --checkpoint-every/--checkpoint-minutes ones; every rank takes it at the same
+  // step. Without a checkpoint directory there is nothing to write and it does nothing.
+  void request_checkpoint() noexcept;
 
   // --- Where the run stands ---------------------------------------------------------------
   [[nodiscard]] int exit_code() const noexcept;         // 0, kExitRestart (75) or kExitStopped (76)

@@ -701,6 +701,9 @@ void Job::add_loss(double loss_sum, std::int64_t correct) {
   impl_->correct += correct;
 }
 
+void Job::request_stop() noexcept { impl_->session->request_stop(); }
+void Job::request_checkpoint() noexcept { impl_->session->request_checkpoint(); }
+
 int Job::exit_code() const noexcept {
   const auto& s = *impl_;
   if (s.session->stopped()) return kExitStopped;
