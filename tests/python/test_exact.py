@@ -1,0 +1,176 @@
+"""Exact (python.exact.Exact): under mpirun -np 1 to 4, each step's update by antdt.torch equals,
+to 1e-5 relative, plain PyTorch on the step's whole global batch in one process.
+
+Each rank trains a small CNN on in-memory images with antdt.torch.Bridge: static with several
+micro-batches per rank, static with a fixed uneven split, dd with emulated uneven speeds (its
+split follows them), nd with pooled chunks. At every step the ranks share the indices each one
+trained (broadcasts), and every rank recomputes the step as plain PyTorch would: the model and
+the optimizer as they were before the step, the mean cross-entropy over the whole global batch,
+backward, optimizer.step(). The reduced gradient and the update (parameters after minus before)
+must equal the reference's: max |antdt - reference| <= 1e-5 * max |reference|, where the update
+is the optimizer's step in float64 from each side's gradient and the state before the step (the
+float32 subtraction after - before would add the rounding of the stored parameters, up to 1e-5 of
+a small step by itself); and the float32 parameters after the step must agree to 1e-5 of their
+largest value.
+"""
+import sys
+import unittest
+
+from support import BUILD, PY, SOURCE, mpirun, require
+
+N, B = 240, 48
+TOLERANCE = 1e-5
+
+
+def uneven(size):
+    """A fixed split of B that is far from equal: rank 0 gets 5, the rest share the others."""
+    if size == 1:
+        return [B]
+    rest = [(B - 5) // (size - 1)] * (size - 1)
+    rest[-1] += B - 5 - sum(rest)
+    return [5] + rest
+
+
+def rank_main():
+    import copy
+
+    import numpy as np
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    import antdt
+    import antdt.torch
+
+    torch.set_num_threads(1)
+    g = torch.Generator().manual_seed(5)
+    images, labels = torch.rand(N, 1, 12, 12, generator=g), torch.randint(0, 10, (N,), generator=g)
+    size = antdt.world_size()
+    speeds = [1.0] + [0.3 + 0.2 * r for r in range(1, size)]
+    cases = [
+        ("static, micro-batches of at most 5", dict(policy="static", micro_batch_cap=5), "sgd"),
+        ("static, fixed split " + ",".join(map(str, uneven(size))), dict(policy="static", fixed_split=uneven(size)),
+         "adam"),
+        ("dd, emulated speeds " + ",".join(f"{s:g}" for s in speeds),
+         dict(policy="dd", emulate_speed=speeds, virtual_device=0.0005, min_interval=2, micro_batch_cap=8), "sgd"),
+        ("nd, pooled chunks", dict(policy="nd", nd_chunks=3, backup_workers=0, emulate_speed=speeds,
+                                   virtual_device=0.0002), "sgd"),
+    ]
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(1, 4, 3)
+            self.fc1 = nn.Linear(4 * 5 * 5, 16)
+            self.fc2 = nn.Linear(16, 10)
+
+        def forward(self, x):
+            x = F.max_pool2d(F.relu(self.conv(x)), 2)
+            return self.fc2(F.relu(self.fc1(x.flatten(1))))
+
+    def every_rank(job, idx):
+        """Each rank's indices of the step (broadcasts on the job's ranks)."""
+        out = []
+        for r in range(job.size):
+            n = np.array([len(idx)], np.int64)
+            job.broadcast(n, root=r)
+            buf = np.array(idx, np.int64) if r == job.rank else np.zeros(n[0], np.int64)
+            job.broadcast(buf, root=r)
+            out.append(buf)
+        return out
+
+    def relative(a, b):
+        """max |a - b| / max |b| over lists of tensors."""
+        a, b = torch.cat([t.reshape(-1).double() for t in a]), torch.cat([t.reshape(-1).double() for t in b])
+        return ((a - b).abs().max() / b.abs().max()).item()
+
+    def update64(before, grads, optimizer_before, make):
+        """The optimizer's step from `grads` and the state before it, in float64."""
+        m = Net().double()
+        m.load_state_dict({k: v.double() for k, v in before.items()})
+        for p, g in zip(m.parameters(), grads):
+            p.grad = g.detach().double()
+        o = make(m.parameters())
+        o.load_state_dict(optimizer_before)  # (state cast to the parameters' float64)
+        o.step()
+        return [p.detach() - before[n].double() for n, p in m.named_parameters()]
+
+    def run(name, options, kind):
+        torch.manual_seed(1)
+        model = Net()
+        make = (lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, weight_decay=1e-3)) if kind == "sgd" else \
+            (lambda p: torch.optim.Adam(p, lr=0.01))
+        optimizer = make(model.parameters())
+        job = antdt.Job(dataset_size=N, global_batch=B, steps=8, quiet=True, **options)
+        job.set_probe(lambda n: None)
+        bridge = antdt.torch.Bridge(job, model, optimizer)
+        worst_grad = worst_update = worst_params = 0.0
+        splits = set()
+        while job.next_step():
+            before = copy.deepcopy(model.state_dict())
+            optimizer_before = copy.deepcopy(optimizer.state_dict())
+            bridge.zero_grad()
+            mine = []
+            for idx in job.micro_batches():
+                loss = F.cross_entropy(model(images[idx]), labels[idx], reduction="sum")
+                loss.backward()
+                mine.extend(idx.tolist())
+            samples = bridge.step()
+            assert samples == B, samples
+            parts = every_rank(job, mine)
+            every = np.concatenate(parts)
+            assert len(every) == B, every
+            splits.add(tuple(len(p) for p in parts))  # the samples each rank trained
+
+            reference = Net()
+            reference.load_state_dict(before)
+            ref_optimizer = make(reference.parameters())
+            ref_optimizer.load_state_dict(optimizer_before)
+            ref_optimizer.zero_grad()
+            F.cross_entropy(reference(images[every]), labels[every]).backward()  # the mean over B
+            ref_optimizer.step()
+            grads = [p.grad for p in model.parameters()]
+            ref_grads = [p.grad for p in reference.parameters()]
+            worst_grad = max(worst_grad, relative(grads, ref_grads))
+            worst_update = max(worst_update, relative(update64(before, grads, optimizer_before, make),
+                                                      update64(before, ref_grads, optimizer_before, make)))
+            worst_params = max(worst_params, relative([p.detach() for p in model.parameters()],
+                                                      [p.detach() for p in reference.parameters()]))
+        code = job.exit_code
+        job.close()
+        if job_rank == 0:
+            print(f"{size} ranks, {name}: {len(splits)} split(s) {sorted(splits)[:3]}, gradient within "
+                  f"{worst_grad:.1e}, update within {worst_update:.1e}, parameters within {worst_params:.1e} of plain PyTorch "
+                  "on the global batch",
+                  flush=True)
+        ok = max(worst_grad, worst_update, worst_params) <= TOLERANCE and code == 0
+        if "fixed split" in name and size > 1:
+            ok = ok and splits == {tuple(uneven(size))}
+        if name.startswith("dd") and size > 1:
+            ok = ok and any(len(set(s)) > 1 for s in splits)  # the speeds moved the split
+        return ok
+
+    job_rank = antdt.world_rank()
+    failed = [name for name, options, kind in cases if not run(name, options, kind)]
+    if failed:
+        print("FAILED:", failed, flush=True)
+        sys.exit(1)
+    print("exact OK", flush=True)
+
+
+class Exact(unittest.TestCase):
+    def test_each_step_equals_plain_pytorch_on_the_global_batch(self):
+        for np_ in (1, 2, 3, 4):
+            with self.subTest(ranks=np_):
+                r = mpirun(np_, PY, __file__, BUILD, SOURCE, "--ranks", timeout=400)
+                print(r.ranks[0], file=sys.stderr, end="")
+                self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
+                self.assertIn("exact OK", r.ranks[0])
+
+
+if __name__ == "__main__":
+    require("numpy", "torch")
+    if sys.argv[-1] == "--ranks":
+        rank_main()
+    else:
+        unittest.main()
