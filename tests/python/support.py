@@ -7,6 +7,7 @@ The tests run under the interpreter the module was built for, with the build tre
 PYTHONPATH (tests/python/CMakeLists.txt); ranks are that interpreter under mpirun.
 """
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -64,6 +65,7 @@ def mpirun(np, *args, timeout=240, env=None):
                 r.ranks.append(f.read())
         else:
             r.ranks.append("")
+    shutil.rmtree(out, ignore_errors=True)
     return r
 
 
@@ -74,8 +76,15 @@ def start(np, *args, env=None):
 
 
 class TempDirTest(unittest.TestCase):
+    """A test in a temporary directory of its own, removed after it (kept with
+    ANTDT_KEEP_TEST_DIRS=1, to look into a failure)."""
+
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="antdt-python-")
+
+    def tearDown(self):
+        if not os.environ.get("ANTDT_KEEP_TEST_DIRS"):
+            shutil.rmtree(self.dir, ignore_errors=True)
 
     def path(self, name):
         return os.path.join(self.dir, name)

@@ -37,6 +37,7 @@ class Options(TempDirTest):
 
     def tearDown(self):
         clean_env()
+        super().tearDown()
 
     def test_keywords_set_the_job(self):
         job = antdt.Job(dataset_size=100, global_batch=10, steps=3, policy="static", data_seed=7)

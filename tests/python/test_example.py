@@ -1,0 +1,230 @@
+"""The example, examples/python/train_cnn.py (docs/python.md): each class is one ctest test,
+python.example.<Class>.
+
+SameMathsAsLibtorch: the Python example and the libtorch example (apps/examples/torch_cnn.cpp),
+given the same data, seeds and plan, end 100 steps with the same parameters (to 1e-5; the
+checksums say whether bit for bit). Both build the model with torch.manual_seed(model_seed) and
+the same layers in the same order, which gives the same initial weights where PyTorch and
+libtorch are the same version (checked first, after one step at learning rate 0).
+StopAndResume: SIGTERM stops every rank with exit code 76 after a checkpoint; --resume on the
+same ranks ends bit-identical to an uninterrupted run; on another number of ranks, every sample
+is trained once per epoch (the sample logs) and the parameters are those of plain PyTorch in one
+process over the same steps, to 1e-5 (and those of the uninterrupted run, where its steps held
+the same samples). Errors: one line, exit code 2.
+"""
+import glob
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import unittest
+
+from support import (DATAGEN, EXAMPLE, EXIT_STOPPED, EXIT_USAGE, PY, SKIP, TORCH_EXAMPLE, TempDirTest,
+                     assert_exactly_once, finish, logged_steps, mpirun, rank_pids, require, run, start)
+
+SAMPLES, BATCH, EPOCHS = 1024, 64, 2
+TOLERANCE = 1e-5
+
+
+def newest_checkpoint(directory):
+    return sorted(glob.glob(os.path.join(directory, "ckpt-*.h5")))[-1]
+
+
+def parameters(checkpoint):
+    """{name: float32 array} of torch/parameters/* in a checkpoint (stored as float32 by the
+    Python bridge, as bytes by the libtorch one)."""
+    import h5py
+    import numpy as np
+    out = {}
+    with h5py.File(checkpoint, "r") as f:
+        group = f["torch/parameters"]
+        for name in group:
+            data = group[name][()]
+            out[name] = data if data.dtype == np.float32 else np.frombuffer(data.tobytes(), np.float32)
+    return out
+
+
+def relative_difference(a, b):
+    """max |a - b| / max |b| over every parameter of two checkpoints' models."""
+    import numpy as np
+    assert sorted(a) == sorted(b), (sorted(a), sorted(b))
+    x = np.concatenate([a[k].ravel() for k in sorted(a)]).astype(np.float64)
+    y = np.concatenate([b[k].ravel() for k in sorted(b)]).astype(np.float64)
+    return float(np.abs(x - y).max() / np.abs(y).max())
+
+
+class Example(TempDirTest):
+    @classmethod
+    def setUpClass(cls):
+        cls.data_dir = tempfile.mkdtemp(prefix="antdt-python-data-")
+        cls.train = os.path.join(cls.data_dir, "train.h5")
+        cls.test = os.path.join(cls.data_dir, "test.h5")
+        r = run([DATAGEN, "--kind", "digits", "-n", SAMPLES, "-o", cls.train, "--eval-output", cls.test,
+                 "--eval-samples", 512, "--seed", 4])
+        assert r.returncode == 0, r.stderr
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.data_dir, ignore_errors=True)
+
+    def args(self, name, *extra, steps=None, out=None):
+        """The example's options: this test's data, the checkpoint directory `name`, the summary
+        and the sample logs named `out` (default: `name`)."""
+        out = out or name
+        schedule = ["--steps", steps] if steps else ["--epochs", EPOCHS]
+        return ["--data", self.train, "--global-batch", BATCH, *schedule, "--policy", "static", "--quiet",
+                "--checkpoint-dir", self.path(name), "--summary-json", self.path(out + ".json"),
+                "--sample-log", self.path(out + ".log"), *map(str, extra)]
+
+    def python(self, np_, name, *extra, steps=None, out=None, timeout=400):
+        return mpirun(np_, PY, EXAMPLE, *self.args(name, *extra, steps=steps, out=out), timeout=timeout)
+
+    def summary(self, name):
+        with open(self.path(name + ".json")) as f:
+            return json.load(f)
+
+
+class SameMathsAsLibtorch(Example):
+    def test_the_python_and_libtorch_examples_agree_after_100_steps(self):
+        plan = ["--fixed-split", "24,40", "--model-seed", 3]
+        for lr, steps in (("0", 1), ("0.05", 100)):
+            with self.subTest(lr=lr, steps=steps):
+                cpp = mpirun(2, TORCH_EXAMPLE, *self.args(f"cpp{steps}", *plan, "--lr", lr, steps=steps), timeout=600)
+                self.assertEqual(cpp.returncode, 0, cpp.stderr[-3000:])
+                py = self.python(2, f"py{steps}", *plan, "--lr", lr, steps=steps, timeout=600)
+                self.assertEqual(py.returncode, 0, py.stderr[-3000:])
+                a = parameters(newest_checkpoint(self.path(f"py{steps}")))
+                b = parameters(newest_checkpoint(self.path(f"cpp{steps}")))
+                difference = relative_difference(a, b)
+                same_bits = self.summary(f"py{steps}")["parameter_checksum"] == \
+                    self.summary(f"cpp{steps}")["parameter_checksum"]
+                print(f"after {steps} step(s) at learning rate {lr}: Python and libtorch parameters within "
+                      f"{difference:.1e}{' (bit-identical)' if same_bits else ''}", file=sys.stderr)
+                what = "the initial weights differ: are PyTorch and libtorch the same version?" if steps == 1 else \
+                    "the Python and libtorch examples diverged"
+                self.assertLessEqual(difference, TOLERANCE, what)
+                self.assertEqual(read_steps(self.path(f"py{steps}.log")), read_steps(self.path(f"cpp{steps}.log")),
+                                 "both trained the same samples at every step")
+
+
+def replay(data, steps, lr=0.05, momentum=0.9, seed=0):
+    """The example's training in one process with plain PyTorch: the same model, initial weights
+    and optimizer, each step the mean loss over that step's samples. Returns {name: array}."""
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+    sys.path.insert(0, os.path.dirname(EXAMPLE))
+    from train_cnn import Cnn
+
+    import antdt
+    torch.set_num_threads(1)
+    images = antdt.Hdf5Dataset(data)
+    torch.manual_seed(seed)
+    model = Cnn(images.sample_shape, images.num_classes)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
+    for samples in steps:
+        x, y = images.read(np.array(samples, np.int64))
+        optimizer.zero_grad()
+        F.cross_entropy(model(torch.from_numpy(x)), torch.from_numpy(y)).backward()
+        optimizer.step()
+    return {name: p.detach().numpy().copy() for name, p in model.named_parameters()}
+
+
+def read_steps(prefix):
+    """{step: sorted samples} of a run's sample logs (every rank's)."""
+    from support import read_log
+    return {step: sorted(samples) for step, samples in read_log(prefix).items()}
+
+
+class StopAndResume(Example):
+    def stop(self, name, np_=2):
+        """Starts the example, SIGTERMs every rank once the sample log shows step 6, and checks that
+        every rank stopped with 76 after a checkpoint of its last step."""
+        job = start(np_, PY, EXAMPLE, *self.args(name))
+        pids = rank_pids(job, np_)
+        deadline = time.time() + 300
+        while logged_steps(self.path(name + ".log")) <= 6:
+            self.assertIsNone(job.poll(), "the run ended before it was stopped")
+            self.assertLess(time.time(), deadline)
+            time.sleep(0.02)
+        for pid in pids.values():
+            os.kill(pid, signal.SIGTERM)
+        r = finish(job, timeout=300)
+        self.assertEqual(r.returncode, EXIT_STOPPED, r.stderr[-3000:])
+        steps = logged_steps(self.path(name + ".log"))
+        self.assertLess(steps, SAMPLES * EPOCHS // BATCH, "it stopped early")
+        self.assertEqual(newest_checkpoint(self.path(name)), os.path.join(self.path(name), "ckpt-%08d.h5" % steps),
+                         "a checkpoint of the last step")
+        self.assertEqual(self.summary(name)["stopped_by"], "SIGTERM")
+        return steps
+
+    def test_stopped_by_sigterm_and_resumed(self):
+        whole = self.python(2, "whole")
+        self.assertEqual(whole.returncode, 0, whole.stderr[-3000:])
+        reference = parameters(newest_checkpoint(self.path("whole")))
+
+        stopped_at = self.stop("a")
+        shutil.copytree(self.path("a"), self.path("b"))  # the same stopped run, to resume twice
+
+        # On the same 2 ranks: bit-identical to the run never stopped.
+        resumed = self.python(2, "a", "--resume", out="a2")
+        self.assertEqual(resumed.returncode, 0, resumed.stderr[-3000:])
+        self.assertEqual(min(read_steps(self.path("a2.log"))), stopped_at, "it resumed where it stopped")
+        self.assertEqual(self.summary("a2")["parameter_checksum"], self.summary("whole")["parameter_checksum"],
+                         "same ranks, same plan: bit-identical")
+        self.assertEqual(relative_difference(parameters(newest_checkpoint(self.path("a"))), reference), 0.0)
+        assert_exactly_once(self, [self.path("a.log"), self.path("a2.log")], n=SAMPLES, epochs=EPOCHS)
+
+        # On 3 ranks: every sample once per epoch, and the parameters of plain PyTorch in one
+        # process over the same steps (each step's global batch from the sample logs), to 1e-5.
+        resumed = self.python(3, "b", "--resume", out="b2")
+        self.assertEqual(resumed.returncode, 0, resumed.stderr[-3000:])
+        self.assertEqual(self.summary("b2")["ranks"], 3)
+        assert_exactly_once(self, [self.path("a.log"), self.path("b2.log")], n=SAMPLES, epochs=EPOCHS)
+        final = parameters(newest_checkpoint(self.path("b")))
+        first, then = read_steps(self.path("a.log")), read_steps(self.path("b2.log"))
+        steps = [first[t] for t in range(stopped_at)] + [then[t] for t in sorted(then)]
+        replayed = relative_difference(final, replay(self.train, steps))
+        print(f"stopped at step {stopped_at} on 2 ranks, resumed on 3: parameters within {replayed:.1e} of one "
+              "process replaying the same steps", file=sys.stderr)
+        self.assertLessEqual(replayed, TOLERANCE)
+        # Against the run never stopped: where a step's samples do not depend on the number of
+        # ranks, the same steps, so the same parameters.
+        whole_steps = read_steps(self.path("whole.log"))
+        difference = relative_difference(final, reference)
+        if all(whole_steps[t] == then[t] for t in then):
+            self.assertLessEqual(difference, TOLERANCE)
+            print(f"and within {difference:.1e} of the run never stopped (the same steps)", file=sys.stderr)
+        else:
+            print(f"and {difference:.1e} from the run never stopped, whose steps held other samples: a step's "
+                  "samples still depend on the number of ranks here", file=sys.stderr)
+
+
+class Errors(Example):
+    def test_one_line_and_exit_code_2(self):
+        cases = [
+            (["--global-batch", 0], "--global-batch"),
+            (["--emulate-speed", "1,0.5,2"], "--emulate-speed"),
+            (["--policy", "fastest"], "--policy"),
+        ]
+        for extra, needle in cases:
+            with self.subTest(extra=extra):
+                args = ["--data", self.train, "--global-batch", 8, "--steps", 2, *extra]
+                r = run([PY, EXAMPLE, *args])
+                self.assertOneError(r, EXIT_USAGE, "train_cnn.py", needle)
+        r = run([PY, EXAMPLE, "--data", self.path("missing.h5"), "--global-batch", 8, "--steps", 2])
+        self.assertOneError(r, EXIT_USAGE, "train_cnn.py", "missing.h5")
+        r = run([PY, EXAMPLE, "--data", self.train, "--global-batch", 8, "--steps", 2, "--resume"])
+        self.assertOneError(r, EXIT_USAGE, "train_cnn.py", "--resume needs --checkpoint-dir")
+
+
+if __name__ == "__main__":
+    require("numpy", "torch", "h5py")
+    if "SameMathsAsLibtorch" in sys.argv and not TORCH_EXAMPLE:
+        print("skipped: the libtorch example (antdt-example-torch-cnn) is not built: it needs libtorch-dev "
+              "(ANTDT_ENABLE_TORCH)")
+        sys.exit(SKIP)
+    unittest.main()
