@@ -20,6 +20,7 @@ packages=(
   # PyTorch for Debian's /usr/bin/python3, with NumPy, pybind11 and mpi4py. The build skips
   # an adapter, saying why, when its framework is missing.
   libtorch-dev python3-torch python3-numpy pybind11-dev python3-mpi4py python3-h5py
+  python3-dev         # Python's headers, for antdt's Python module (pybind11)
 )
 
 missing=()
