@@ -86,6 +86,7 @@ struct PoolingSwitch {
   std::int64_t step = -1;            // decided after this step
   std::int64_t effective_step = -1;  // the first step in the new mode
   bool pooled = false;               // the new mode
+  bool trial = false;                // plain steps tried once to measure e, not for a predicted gain
   double predicted_gain = 0.0;       // predicted drop of the mean step time, over the recent steps
   double required_gain = 0.0;        // the bar it cleared (min_pool_gain, model error, noise, damping)
   double pool_overhead = 0.0;        // o: a pooled step's time over B / sum_i x_i, minus 1 (measured; 0 before)

@@ -14,7 +14,10 @@ namespace antdt::detail {
 namespace {
 
 constexpr std::uint32_t kStateMagic = 0x4f545541;  // "AUTO"
-constexpr std::uint32_t kStateFormat = 1;
+constexpr std::uint32_t kStateFormat = 2;          // 2: a switch may be a trial
+// The most a trial of plain steps may be predicted to lose, for e to be measured: it lasts
+// min_interval steps at least, so it costs at most about this over them.
+constexpr double kTrialLoss = 0.1;
 constexpr double kSwitchDampingHalfLife = 5.0;  // windows, as dd's
 constexpr int kMeasuredSteps = 3;               // steps of a mode before o or e is measured from them
 // e outside this range is a measurement gone wrong (a change of conditions across the switch).
@@ -193,7 +196,7 @@ void AutoPolicy::check_switch(const ControllerContext& ctx) {
   const Switch& last = st_.switches.back();
   const Outlook back = outlook(ctx, !last.pooled);
   const double realized = -back.gain;
-  if (realized >= 0.5 * last.predicted_gain) return;
+  if (last.trial || realized >= 0.5 * last.predicted_gain) return;
   const auto k = static_cast<std::size_t>(last.pooled);
   st_.damping[k] = std::min(1.0, std::max(switch_damping_at(ctx, last.pooled), last.predicted_gain));
   st_.damping_step[k] = ctx.step;
@@ -220,13 +223,19 @@ std::optional<Plan> AutoPolicy::decide(const ControllerContext& ctx) {
     split_version_ = ctx.plan.version;
   }
   if (st_.check_pending && ctx.step >= st_.check_step) check_switch(ctx);
-  bool flip = false;
+  bool flip = false, trial = false;
   // Nothing while a switch is on its way, or before the window holds `persistence` steps.
   if (ctx.plan.effective_step <= ctx.step && static_cast<int>(st_.ring.size()) >= ctx.options.persistence) {
     last_ = outlook(ctx, !mode);
     st_.streak = last_.gain > last_.required ? st_.streak + 1 : 0;
     const int needed = mode ? ctx.options.persistence : std::min(2, ctx.options.persistence);
     flip = st_.streak >= needed && (st_.last_switch < 0 || ctx.step - st_.last_switch >= ctx.options.min_interval);
+    // The trial: pooled for a whole window, e never measured, plain steps not predicted to lose
+    // more than kTrialLoss.
+    trial = !flip && mode && !st_.efficiency_measured && static_cast<int>(st_.ring.size()) >= ctx.options.window &&
+            std::all_of(st_.ring.begin(), st_.ring.end(), [](const Sample& s) { return s.pooled; }) &&
+            last_.gain > -kTrialLoss;
+    flip = flip || trial;
   } else {
     st_.streak = 0;
   }
@@ -251,9 +260,17 @@ std::optional<Plan> AutoPolicy::decide(const ControllerContext& ctx) {
                 st_.overhead_measured ? "measured" : "not yet measured", st_.efficiency,
                 st_.efficiency_measured ? "measured" : "not yet measured");
   next.reason = buf;
+  if (trial) {
+    std::snprintf(buf, sizeof buf,
+                  "auto: plain steps, a trial: the pooled chunks' efficiency e is not yet measured and plain steps "
+                  "are predicted within %.3g%% of pooled ones (%.4g s against %.4g s over the last %d steps; "
+                  "pool overhead o %.3g%%)",
+                  100.0 * kTrialLoss, last_.plain, last_.pool, last_.steps, 100.0 * st_.overhead);
+    next.reason = buf;
+  }
   if (split) next.reason += "; and " + rebalance;
-  st_.switches.push_back(
-      Switch{ctx.step, ctx.effective_step(), next.pooled, last_.gain, last_.required, st_.overhead, st_.efficiency});
+  st_.switches.push_back(Switch{ctx.step, ctx.effective_step(), next.pooled, trial, last_.gain, last_.required,
+                                st_.overhead, st_.efficiency});
   forget_pending_check();  // dd's check would compare steps of two modes
   st_.last_switch = ctx.step;
   st_.streak = 0;
@@ -283,7 +300,7 @@ PoolingStatus AutoPolicy::pooling_status() const {
   s.predicted_gain = last_.gain;
   s.required_gain = last_.required;
   for (const Switch& w : st_.switches) {
-    s.switches.push_back(PoolingSwitch{w.step, w.effective_step, w.pooled, w.predicted_gain, w.required_gain,
+    s.switches.push_back(PoolingSwitch{w.step, w.effective_step, w.pooled, w.trial, w.predicted_gain, w.required_gain,
                                        w.pool_overhead, w.chunk_efficiency});
   }
   return s;

@@ -31,6 +31,11 @@
 // last switch: a wrong switch to pooled steps costs o for a few steps, a late one costs every
 // transient in full, so pooling is bought early and given up late (ski rental). Every switch is
 // checked half a window after it took effect, with the parameters measured since.
+//
+// e cannot be measured without plain steps, and on real compute it is most of what pooling
+// costs: pooled steps' slower chunks also slow the plain steps predicted from them. So once, after
+// a window of pooled steps, auto tries plain steps (a trial, logged as one) unless they are
+// predicted more than kTrialLoss slower; it then decides with e measured.
 #pragma once
 
 #include <cstdint>
@@ -98,12 +103,13 @@ class AutoPolicy final : public DdPolicy {
   struct Switch {
     std::int64_t step = -1, effective_step = -1;
     bool pooled = false;
+    bool trial = false;  // plain steps to measure e, not a predicted gain
     double predicted_gain = 0.0, required_gain = 0.0, pool_overhead = 0.0, chunk_efficiency = 1.0;
 
     template <class Self, class F>
     static void fields(Self& m, F&& f) {
-      f(m.step), f(m.effective_step), f(m.pooled), f(m.predicted_gain), f(m.required_gain), f(m.pool_overhead),
-          f(m.chunk_efficiency);
+      f(m.step), f(m.effective_step), f(m.pooled), f(m.trial), f(m.predicted_gain), f(m.required_gain),
+          f(m.pool_overhead), f(m.chunk_efficiency);
     }
   };
 

@@ -489,6 +489,33 @@ TEST(Controller, AutoRestartsWhereItPaysAndOnlyForAGainAboveTheBarOfAnyChange) {
   EXPECT_EQ(restarts_of(auto10), 0) << "auto: 2 % is below the min gain of 5 %";
 }
 
+// On real compute a pooled step's small chunks run slower per sample than whole shares: the
+// chunks' efficiency e, which pooled steps alone cannot measure (the plain steps predicted from
+// them are slowed as much). Here pooled steps run at 0.8 of the ranks' speed and cost nothing
+// else. auto, pooled from the start, tries plain steps once after a window, measures e = 0.8,
+// and keeps plain steps.
+TEST(Controller, AutoTriesPlainStepsOnceToMeasureWhatPoolingCostsTheChunks) {
+  ControllerOptions o = dd_options(400);
+  o.policy = "auto";
+  Controller c(o, antdt::equal_plan(400, {64, 64, 64, 64}));
+  ASSERT_TRUE(c.plan().pooled);
+  for (std::int64_t s = 0; s < 80; ++s) {
+    const bool pooled = c.plan_at(s).pooled;
+    (void)c.on_step(s, step_stats(
+                           c.plan_at(s), [&](int, std::int64_t) { return pooled ? 80.0 : 100.0; }, s));
+  }
+  const antdt::PoolingStatus st = c.pooling_status();
+  ASSERT_FALSE(st.switches.empty());
+  EXPECT_TRUE(st.switches.front().trial);
+  EXPECT_FALSE(st.switches.front().pooled);
+  EXPECT_GE(st.switches.front().step, o.warmup_steps + o.window - 1) << "after a window of pooled steps";
+  EXPECT_TRUE(st.efficiency_measured);
+  EXPECT_NEAR(st.chunk_efficiency, 0.8, 0.01);
+  EXPECT_EQ(st.switches.size(), 1U) << "with e measured, pooled steps are predicted 25 % slower: plain stays";
+  EXPECT_FALSE(c.plan().pooled);
+  EXPECT_NE(c.history()[1].reason.find("a trial"), std::string::npos) << c.history()[1].reason;
+}
+
 TEST(Controller, NdDoesNotRestartWhenItDoesNotPay) {
   EXPECT_TRUE(restart_steps(nd_options(), 5.0, 1000, 60).empty()) << "little work left: the gain is below the cost";
   EXPECT_TRUE(restart_steps(nd_options(), 0.0, 1'000'000, 60).empty()) << "no measured cost: nothing to weigh";
