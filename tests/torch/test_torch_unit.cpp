@@ -1,0 +1,353 @@
+// antdt::torch in one process: the flat gradient buffer (backward accumulates into it; every
+// zero_grad leaves it usable), the optimizer's state as bytes (a restored optimizer continues
+// bit for bit; the bytes depend on the state only), the data set as tensors.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <numeric>
+#include <vector>
+
+#include "antdt/data.hpp"
+#include "antdt/error.hpp"
+#include "antdt/torch.hpp"
+
+namespace {
+
+namespace F = torch::nn::functional;
+
+// A small CNN of the kind the example trains: convolution, pooling, linear layers.
+struct NetImpl : torch::nn::Module {
+  NetImpl()
+      : conv(register_module("conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 3, 3)))),
+        fc1(register_module("fc1", torch::nn::Linear(3 * 3 * 3, 8))),
+        fc2(register_module("fc2", torch::nn::Linear(8, 4))) {}
+  torch::Tensor forward(const torch::Tensor& x) {
+    auto h = F::max_pool2d(torch::relu(conv(x)), F::MaxPool2dFuncOptions(2));
+    return fc2(torch::relu(fc1(h.flatten(1))));
+  }
+  torch::nn::Conv2d conv;
+  torch::nn::Linear fc1, fc2;
+};
+TORCH_MODULE(Net);
+
+torch::Tensor images(std::int64_t n, std::uint64_t seed) {
+  torch::manual_seed(seed);
+  return torch::randn({n, 1, 8, 8});
+}
+torch::Tensor labels(std::int64_t n) { return torch::arange(n) % 4; }
+
+torch::Tensor loss_sum(Net& net, const torch::Tensor& x, const torch::Tensor& y) {
+  return F::cross_entropy(net->forward(x), y, F::CrossEntropyFuncOptions().reduction(torch::kSum));
+}
+
+Net make_net(std::uint64_t seed) {
+  torch::manual_seed(seed);
+  return Net();
+}
+
+// Every parameter's gradient, computed without the buffer, one after another.
+torch::Tensor reference_gradient(std::uint64_t seed, const torch::Tensor& x, const torch::Tensor& y) {
+  Net net = make_net(seed);
+  loss_sum(net, x, y).backward();
+  std::vector<torch::Tensor> parts;
+  for (const auto& p : net->parameters()) parts.push_back(p.grad().reshape({-1}));
+  return torch::cat(parts);
+}
+
+bool close(const torch::Tensor& a, const torch::Tensor& b) { return torch::allclose(a, b, 1e-5, 1e-6); }
+
+const char* buffer_data(antdt::TorchGradients& g) { return static_cast<const char*>(g.buffer().data_ptr()); }
+
+// Each float32 .grad() lies on the buffer, where the parameters' order puts it.
+void expect_on_buffer(Net& net, antdt::TorchGradients& g) {
+  std::int64_t offset = 0;
+  for (const auto& p : net->parameters()) {
+    ASSERT_TRUE(p.grad().defined());
+    EXPECT_EQ(static_cast<const char*>(p.grad().data_ptr()), buffer_data(g) + offset * 4);
+    offset += p.numel();
+  }
+  EXPECT_EQ(offset, g.numel());
+}
+
+TEST(TorchGradients, BackwardAccumulatesIntoTheBufferInPlace) {
+  Net net = make_net(1);
+  antdt::TorchGradients grads(net->parameters());
+  expect_on_buffer(net, grads);
+  const auto* before = buffer_data(grads);
+  const auto x = images(10, 7), y = labels(10);
+  // Two micro-batches of 6 and 4 samples add up to the sum over all 10.
+  loss_sum(net, x.slice(0, 0, 6), y.slice(0, 0, 6)).backward();
+  loss_sum(net, x.slice(0, 6), y.slice(0, 6)).backward();
+  EXPECT_EQ(buffer_data(grads), before);
+  expect_on_buffer(net, grads);
+  grads.gather();  // nothing to do: every gradient is on the buffer
+  EXPECT_TRUE(close(grads.buffer(), reference_gradient(1, x, y)));
+  EXPECT_EQ(grads.staged(), 0);
+}
+
+TEST(TorchGradients, EveryZeroGradLeavesTheBufferUsable) {
+  Net net = make_net(2);
+  antdt::TorchGradients grads(net->parameters());
+  torch::optim::SGD sgd(net->parameters(), 0.1);
+  const auto x = images(5, 3), y = labels(5);
+  const auto expected = reference_gradient(2, x, y);
+
+  // Optimizer::zero_grad detaches and zeroes each gradient in place: still on the buffer.
+  loss_sum(net, x, y).backward();
+  sgd.zero_grad();
+  EXPECT_EQ(grads.buffer().abs().sum().item<float>(), 0.0f);
+  loss_sum(net, x, y).backward();
+  expect_on_buffer(net, grads);
+  EXPECT_TRUE(close(grads.buffer(), expected));
+
+  // zero_grad(set_to_none): backward makes new gradients elsewhere; gather brings them back.
+  net->zero_grad(/*set_to_none=*/true);
+  loss_sum(net, x, y).backward();
+  EXPECT_NE(static_cast<const char*>(net->parameters()[0].grad().data_ptr()), buffer_data(grads));
+  grads.gather();
+  expect_on_buffer(net, grads);
+  EXPECT_TRUE(close(grads.buffer(), expected));
+
+  // zero() after set_to_none puts the gradients back on the buffer, zeroed, before backward.
+  net->zero_grad(true);
+  grads.zero();
+  expect_on_buffer(net, grads);
+  loss_sum(net, x, y).backward();
+  EXPECT_TRUE(close(grads.buffer(), expected));
+
+  // A gradient assigned by the program is copied in; an undefined one counts as zero.
+  auto params = net->parameters();
+  params[0].mutable_grad() = torch::full_like(params[0], 2.0f);
+  params[1].mutable_grad() = torch::Tensor();
+  grads.gather();
+  expect_on_buffer(net, grads);
+  EXPECT_TRUE(torch::equal(grads.buffer().narrow(0, 0, params[0].numel()), torch::full({params[0].numel()}, 2.0f)));
+  EXPECT_EQ(grads.buffer().narrow(0, params[0].numel(), params[1].numel()).abs().sum().item<float>(), 0.0f);
+}
+
+TEST(TorchGradients, HalfPrecisionGradientsAreReducedInFloat32) {
+  for (const auto type : {torch::kBFloat16, torch::kHalf}) {
+    Net net = make_net(3);
+    net->fc2->to(type);  // a mixed model: fc2 in 16 bits, the rest float32
+    antdt::TorchGradients grads(net->parameters());
+    EXPECT_EQ(grads.staged(), 2);
+    auto params = net->parameters();
+    const std::int64_t fc2_offset = grads.numel() - params[4].numel() - params[5].numel();
+    params[4].mutable_grad() = torch::full_like(params[4], 3.0);
+    grads.gather();
+    EXPECT_TRUE(
+        torch::equal(grads.buffer().narrow(0, fc2_offset, params[4].numel()), torch::full({params[4].numel()}, 3.0f)));
+    // The reduction's mean (emulated: a third), cast back to the parameter's type.
+    grads.buffer().div_(3.0f);
+    grads.scatter();
+    EXPECT_EQ(params[4].grad().scalar_type(), type);
+    EXPECT_TRUE(torch::equal(params[4].grad(), torch::full_like(params[4], 1.0)));
+    EXPECT_TRUE(params[5].grad().defined());  // it had none: zeros, like every rank's
+  }
+}
+
+TEST(TorchGradients, RefusesWhatItCannotReduce) {
+  Net net = make_net(4);
+  net->to(torch::kDouble);
+  try {
+    antdt::TorchGradients grads(net->parameters());
+    FAIL() << "float64 parameters were accepted";
+  } catch (const antdt::UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("float64"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("model->to(torch::kFloat32)"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(antdt::TorchGradients({torch::zeros({3}, torch::kLong)}), antdt::UsageError);
+}
+
+// --- The optimizer's state -------------------------------------------------------------
+
+using MakeOptimizer = std::function<std::unique_ptr<torch::optim::Optimizer>(Net&)>;
+
+void train(Net& net, torch::optim::Optimizer& opt, int steps, std::uint64_t seed) {
+  for (int i = 0; i < steps; ++i) {
+    const auto x = images(6, seed + static_cast<std::uint64_t>(i)), y = labels(6);
+    opt.zero_grad();
+    auto loss = loss_sum(net, x, y);
+    loss.backward();
+    opt.step();
+  }
+}
+
+void copy_parameters(Net& from, Net& to) {
+  torch::NoGradGuard no_grad;
+  for (std::size_t i = 0; i < from->parameters().size(); ++i) to->parameters()[i].copy_(from->parameters()[i]);
+}
+
+class OptimizerState : public ::testing::TestWithParam<std::pair<const char*, MakeOptimizer>> {};
+
+// Saved after 3 steps and loaded into a fresh optimizer of a copy of the model, both go on
+// bit for bit; two optimizers in the same state (at other addresses) give the same bytes.
+TEST_P(OptimizerState, ARestoredOptimizerContinuesBitForBit) {
+  const auto& make = GetParam().second;
+  Net a = make_net(5);
+  auto opt_a = make(a);
+  train(a, *opt_a, 3, 100);
+  const std::vector<std::byte> saved = antdt::save_optimizer_state(*opt_a);
+
+  Net b = make_net(6);
+  copy_parameters(a, b);
+  auto opt_b = make(b);
+  antdt::load_optimizer_state(*opt_b, saved);
+  if (std::string(GetParam().first) != "own") {
+    EXPECT_EQ(antdt::save_optimizer_state(*opt_b), saved) << "the same state, other addresses: other bytes";
+  }
+  train(a, *opt_a, 3, 200);
+  train(b, *opt_b, 3, 200);
+  EXPECT_EQ(antdt::torch_checksum(*a), antdt::torch_checksum(*b));
+  for (std::size_t i = 0; i < a->parameters().size(); ++i) {
+    EXPECT_TRUE(torch::equal(a->parameters()[i], b->parameters()[i])) << "parameter " << i;
+  }
+}
+
+// An optimizer of the program's own (heavy-ball SGD), saved through its save() and torch::save.
+class OwnSgd : public torch::optim::Optimizer {
+ public:
+  OwnSgd(std::vector<torch::Tensor> params, double lr)
+      : Optimizer({torch::optim::OptimizerParamGroup(std::move(params))},
+                  std::make_unique<torch::optim::SGDOptions>(lr)) {}
+  torch::Tensor step(LossClosure) override {
+    torch::NoGradGuard no_grad;
+    for (auto& p : param_groups_[0].params()) {
+      auto& state = state_[c10::guts::to_string(p.unsafeGetTensorImpl())];
+      if (!state) {
+        state = std::make_unique<torch::optim::SGDParamState>();
+        static_cast<torch::optim::SGDParamState&>(*state).momentum_buffer(torch::zeros_like(p));
+      }
+      auto& buffer = static_cast<torch::optim::SGDParamState&>(*state).momentum_buffer();
+      buffer.mul_(0.9).add_(p.grad());
+      p.add_(buffer, -param_groups_[0].options().get_lr());
+    }
+    return {};
+  }
+  void save(torch::serialize::OutputArchive& archive) const override {
+    torch::optim::serialize<torch::optim::SGDParamState, torch::optim::SGDOptions>(archive, *this);
+  }
+  void load(torch::serialize::InputArchive& archive) override {
+    torch::optim::serialize<torch::optim::SGDParamState, torch::optim::SGDOptions>(archive, *this);
+  }
+};
+
+template <class Opt, class Options>
+MakeOptimizer optimizer(Options options) {
+  return [options](Net& net) { return std::make_unique<Opt>(net->parameters(), options); };
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    EveryTorchOptimizer, OptimizerState,
+    ::testing::Values(
+        std::pair{"sgd", optimizer<torch::optim::SGD>(torch::optim::SGDOptions(0.05).momentum(0.9).nesterov(true))},
+        std::pair{"adam", optimizer<torch::optim::Adam>(torch::optim::AdamOptions(0.01).amsgrad(true))},
+        std::pair{"adamw", optimizer<torch::optim::AdamW>(torch::optim::AdamWOptions(0.01))},
+        std::pair{"adagrad", optimizer<torch::optim::Adagrad>(torch::optim::AdagradOptions(0.05))},
+        std::pair{"rmsprop",
+                  optimizer<torch::optim::RMSprop>(torch::optim::RMSpropOptions(0.01).momentum(0.5).centered(true))},
+        std::pair{"own", MakeOptimizer([](Net& net) { return std::make_unique<OwnSgd>(net->parameters(), 0.05); })}),
+    [](const auto& p) { return std::string(p.param.first); });
+
+TEST(OptimizerStateErrors, AnotherOptimizerOrDamagedBytesAreRefused) {
+  Net net = make_net(7);
+  torch::optim::Adam adam(net->parameters(), 0.01);
+  train(net, adam, 1, 1);
+  // A learning rate changed by a scheduler comes back with the state.
+  static_cast<torch::optim::AdamOptions&>(adam.param_groups()[0].options()).lr(0.003);
+  const auto saved = antdt::save_optimizer_state(adam);
+
+  torch::optim::SGD sgd(net->parameters(), 0.1);
+  try {
+    antdt::load_optimizer_state(sgd, saved);
+    FAIL() << "an Adam state went into SGD";
+  } catch (const antdt::UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("adam optimizer and this program's is sgd"), std::string::npos) << e.what();
+  }
+  torch::optim::Adam fewer(std::vector<torch::Tensor>{net->parameters()[0]}, 0.01);
+  EXPECT_THROW(antdt::load_optimizer_state(fewer, saved), antdt::UsageError);
+  torch::optim::Adam fresh(net->parameters(), 0.01);
+  EXPECT_THROW(antdt::load_optimizer_state(fresh, std::span(saved).first(saved.size() - 3)), antdt::UsageError);
+  auto longer = saved;
+  longer.push_back(std::byte{0});
+  EXPECT_THROW(antdt::load_optimizer_state(fresh, longer), antdt::UsageError);
+  antdt::load_optimizer_state(fresh, saved);
+  EXPECT_EQ(fresh.param_groups()[0].options().get_lr(), 0.003);
+  EXPECT_EQ(fresh.state().size(), net->parameters().size());
+}
+
+// libtorch 1.13's own LBFGS cannot be written by torch::save once it has stepped: one line.
+TEST(OptimizerStateErrors, AnOptimizerTorchCannotSaveIsOneLine) {
+  Net net = make_net(9);
+  torch::optim::LBFGS lbfgs(net->parameters(), torch::optim::LBFGSOptions(0.1).max_iter(2));
+  for (int i = 0; i < 3; ++i) {
+    const auto x = images(6, 1 + static_cast<std::uint64_t>(i)), y = labels(6);
+    lbfgs.step([&] {
+      lbfgs.zero_grad();
+      auto l = loss_sum(net, x, y);
+      l.backward();
+      return l;
+    });
+  }
+  try {
+    (void)antdt::save_optimizer_state(lbfgs);
+    FAIL() << "libtorch saved LBFGS: docs/torch.md says 1.13 cannot; update it";
+  } catch (const antdt::Error& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+    EXPECT_NE(what.find("SGD, Adam, AdamW, Adagrad and RMSprop"), std::string::npos) << what;
+  }
+}
+
+TEST(TorchChecksum, FollowsEveryBit) {
+  Net a = make_net(8), b = make_net(8);
+  EXPECT_EQ(antdt::torch_checksum(*a), antdt::torch_checksum(*b));
+  {
+    torch::NoGradGuard no_grad;
+    auto p = b->parameters()[3];
+    auto* bits = static_cast<std::uint32_t*>(p.data_ptr());
+    bits[0] ^= 1u;  // the lowest bit of one float
+  }
+  EXPECT_NE(antdt::torch_checksum(*a), antdt::torch_checksum(*b));
+  EXPECT_EQ(antdt::torch_checksum(*a).size(), 16u);
+}
+
+// --- The data set as tensors ----------------------------------------------------------
+
+antdt::data::InMemoryDataset small_images(std::int64_t n) {
+  std::vector<float> features(static_cast<std::size_t>(n * 2 * 3 * 4));
+  std::iota(features.begin(), features.end(), 0.0f);
+  std::vector<std::int32_t> labels(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) labels[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i % 3);
+  return antdt::data::InMemoryDataset(std::move(features), std::move(labels), 2 * 3 * 4, 3);
+}
+
+TEST(TorchDataset, ReadsSamplesInTheirShape) {
+  auto data = small_images(10);
+  antdt::TorchDataset images(data, {2, 3, 4});
+  const std::vector<std::int64_t> idx{7, 2, 3};
+  const auto batch = images.read(idx);
+  EXPECT_EQ(batch.data.sizes(), (std::vector<std::int64_t>{3, 2, 3, 4}));
+  EXPECT_EQ(batch.data.scalar_type(), torch::kFloat);
+  EXPECT_EQ(batch.target.scalar_type(), torch::kLong);
+  EXPECT_TRUE(torch::equal(batch.target, torch::tensor({1, 2, 0}, torch::kLong)));
+  EXPECT_EQ(batch.data[0][1][2][3].item<float>(), 7 * 24 + 12 + 8 + 3);
+  EXPECT_EQ(images.read({}).data.sizes(), (std::vector<std::int64_t>{0, 2, 3, 4}));
+
+  // The torch::data side: get(), size(), and read_batch on any torch::data dataset.
+  EXPECT_EQ(images.size().value(), 10u);
+  EXPECT_TRUE(torch::equal(images.get(2).data, batch.data[1]));
+  const auto stacked = antdt::read_batch(images, idx);
+  EXPECT_TRUE(torch::equal(stacked.data, batch.data));
+  EXPECT_TRUE(torch::equal(stacked.target, batch.target));
+
+  EXPECT_EQ(antdt::TorchDataset(data).sample_shape(), (std::vector<std::int64_t>{24}));
+  EXPECT_THROW(antdt::TorchDataset(data, {2, 3, 5}), antdt::UsageError);
+  EXPECT_THROW(antdt::TorchDataset(data, {0, 24}), antdt::UsageError);
+}
+
+}  // namespace
