@@ -511,9 +511,7 @@ std::string torch_checksum(const ::torch::nn::Module& model) {
 // ---------------------------------------------------------------------------------------
 TorchDataset::TorchDataset(data::Dataset& data, std::vector<std::int64_t> shape, ::torch::Device device)
     : data_(&data), shape_(std::move(shape)), device_(device) {
-#if 0  // TEMPORARY until sample_shape lands
   if (shape_.empty()) shape_ = data.sample_shape();
-#endif
   if (shape_.empty()) shape_ = {data.dim()};
   std::int64_t product = 1;
   for (const std::int64_t d : shape_) {

@@ -1,10 +1,14 @@
-// antdt::torch in one process: the flat gradient buffer (backward accumulates into it; every
-// zero_grad leaves it usable), the optimizer's state as bytes (a restored optimizer continues
-// bit for bit; the bytes depend on the state only), the data set as tensors.
+// antdt::torch. In one process (torch.unit): the flat gradient buffer (backward accumulates
+// into it; every zero_grad leaves it usable), the optimizer's state as bytes (a restored
+// optimizer continues bit for bit; the bytes depend on the state only), the data set as
+// tensors. At 1 to 4 ranks (TorchExact, test_torch.npN): each step's reduced gradient against
+// the one plain libtorch computes in one process on the step's whole global batch.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -13,7 +17,9 @@
 
 #include "antdt/data.hpp"
 #include "antdt/error.hpp"
+#include "antdt/job.hpp"
 #include "antdt/torch.hpp"
+#include "torch_cnn_model.hpp"  // the example's CNN
 
 namespace {
 
@@ -42,6 +48,10 @@ torch::Tensor labels(std::int64_t n) { return torch::arange(n) % 4; }
 
 torch::Tensor loss_sum(Net& net, const torch::Tensor& x, const torch::Tensor& y) {
   return F::cross_entropy(net->forward(x), y, F::CrossEntropyFuncOptions().reduction(torch::kSum));
+}
+
+torch::Tensor loss_sum_of(Cnn& model, const torch::data::Example<>& batch) {
+  return F::cross_entropy(model->forward(batch.data), batch.target, F::CrossEntropyFuncOptions().reduction(torch::kSum));
 }
 
 Net make_net(std::uint64_t seed) {
@@ -346,8 +356,212 @@ TEST(TorchDataset, ReadsSamplesInTheirShape) {
   EXPECT_TRUE(torch::equal(stacked.target, batch.target));
 
   EXPECT_EQ(antdt::TorchDataset(data).sample_shape(), (std::vector<std::int64_t>{24}));
+  data.set_sample_shape({2, 3, 4});
+  EXPECT_EQ(antdt::TorchDataset(data).sample_shape(), (std::vector<std::int64_t>{2, 3, 4}));
   EXPECT_THROW(antdt::TorchDataset(data, {2, 3, 5}), antdt::UsageError);
   EXPECT_THROW(antdt::TorchDataset(data, {0, 24}), antdt::UsageError);
+}
+
+// An antdt-datagen style file: the shape stored with the features comes back as the tensors'.
+TEST(TorchDataset, TakesTheImageShapeStoredInTheFile) {
+  auto data = antdt::data::make_digit_images({.samples = 12, .classes = 10, .size = 28, .seed = 4});
+  const std::string path = ::testing::TempDir() + "antdt-torch-digits.h5";
+  antdt::data::write_hdf5(path, data);
+  antdt::data::Hdf5Dataset file(path);
+  antdt::TorchDataset images(file);
+  EXPECT_EQ(images.sample_shape(), (std::vector<std::int64_t>{1, 28, 28}));
+  const std::vector<std::int64_t> idx{11, 0, 5};
+  const auto batch = images.read(idx);
+  EXPECT_EQ(batch.data.sizes(), (std::vector<std::int64_t>{3, 1, 28, 28}));
+  std::vector<float> features(3 * 28 * 28);
+  std::vector<std::int32_t> labels(3);
+  data.read(idx, features.data(), labels.data());
+  EXPECT_TRUE(torch::equal(batch.data.reshape({-1}), torch::from_blob(features.data(), {3 * 28 * 28})));
+  EXPECT_EQ(batch.target[0].item<std::int64_t>(), labels[0]);
+  EXPECT_EQ(images.num_classes(), 10);
+  std::remove(path.c_str());
+}
+
+// --- Exact: the reduced gradient is the global batch's --------------------------------------
+
+constexpr std::int64_t kExactSamples = 400;
+constexpr std::int64_t kExactBatch = 62;  // divisible by neither 3 nor 4
+
+antdt::JobOptions exact_options(const char* policy, std::int64_t steps = 10) {
+  antdt::JobOptions o;
+  o.session.dataset_size = kExactSamples;
+  o.session.global_batch = kExactBatch;
+  o.session.max_steps = steps;
+  o.session.seed = 11;
+  o.session.controller.policy = policy;
+  o.output.progress = "never";
+  o.output.quiet = true;
+  o.program = "test_torch";
+  return o;
+}
+
+int world_size() {
+  int n = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+// What a run saw, on rank 0: the worst relative error of a step's reduced gradient, and
+// whether the steps were uneven (a split or a count of micro-batches) as the case means them.
+struct ExactRun {
+  int rank = 0;
+  double worst = 0.0;
+  std::int64_t steps = 0;
+  std::int64_t uneven_steps = 0;       // steps whose ranks trained different numbers of samples
+  std::int64_t most_micro_batches = 0;  // the most micro-batches (chunks) one rank had in a step
+};
+
+// Trains the example's CNN for the options' steps through the bridge. After each step's
+// reduction, rank 0 gathers every rank's sample indices, recomputes the gradient of the mean
+// loss over all of them in one plain libtorch pass on a copy of the model, and compares.
+// The device the exact cases train on: ANTDT_TORCH_TEST_DEVICE (perf/torch/gpu-case.sh sets cuda,
+// where CUDA tensors go through Job::reduce_device), cpu by default.
+torch::Device test_device() {
+  const char* name = std::getenv("ANTDT_TORCH_TEST_DEVICE");
+  const torch::Device device(name && *name ? name : "cpu");
+  if (device.is_cuda()) {  // TF32 would make both sides of the comparison round to 10 bits
+    at::globalContext().setAllowTF32CuDNN(false);
+    at::globalContext().setAllowTF32CuBLAS(false);
+  }
+  return device;
+}
+
+ExactRun run_exact(antdt::JobOptions options, bool probe = false) {
+  const torch::Device device = test_device();
+  auto data = antdt::data::make_digit_images({.samples = kExactSamples, .classes = 10, .size = 28, .seed = 5});
+  antdt::TorchDataset images(data, {}, device);
+  antdt::Job job(options);
+  torch::manual_seed(21);
+  Cnn model(data.sample_shape(), 10);
+  model->to(device);
+  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+  antdt::TorchBridge bridge(job, *model, optimizer);
+  if (probe) {
+    job.set_probe([&](std::int64_t n) {
+      std::vector<std::int64_t> idx(static_cast<std::size_t>(n));
+      std::iota(idx.begin(), idx.end(), 0);
+      auto batch = images.read(idx);
+      loss_sum_of(model, batch).backward();
+    });
+  }
+  const int size = job.size(), rank = job.rank();
+  ExactRun run;
+  run.rank = rank;
+  Cnn reference(data.sample_shape(), 10);
+  reference->to(device);
+  while (job.next_step()) {
+    bridge.zero_grad();
+    std::vector<std::int64_t> mine;
+    std::int64_t micro_batches = 0;
+    for (auto idx = job.next_micro_batch(); !idx.empty(); idx = job.next_micro_batch()) {
+      mine.insert(mine.end(), idx.begin(), idx.end());
+      ++micro_batches;
+      auto batch = images.read(idx);
+      auto loss = loss_sum_of(model, batch);
+      loss.backward();
+      job.add_loss(loss.item<double>());
+    }
+    const std::int64_t global = bridge.reduce();
+
+    // Every rank's indices and micro-batch count on rank 0.
+    const int count = static_cast<int>(mine.size());
+    std::vector<int> counts(static_cast<std::size_t>(size)), displs(static_cast<std::size_t>(size));
+    MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
+    std::exclusive_scan(counts.begin(), counts.end(), displs.begin(), 0);
+    std::vector<std::int64_t> all(rank == 0 ? static_cast<std::size_t>(displs.back() + counts.back()) : 0);
+    MPI_Gatherv(mine.data(), count, MPI_INT64_T, all.data(), counts.data(), displs.data(), MPI_INT64_T, 0,
+                MPI_COMM_WORLD);
+    std::int64_t most = 0;
+    MPI_Reduce(&micro_batches, &most, 1, MPI_INT64_T, MPI_MAX, 0, MPI_COMM_WORLD);
+    if (rank == 0) {
+      EXPECT_EQ(static_cast<std::int64_t>(all.size()), global) << "step " << job.step();
+      const auto [lo, hi] = std::minmax_element(counts.begin(), counts.end());
+      run.uneven_steps += *hi - *lo > 1 ? 1 : 0;
+      run.most_micro_batches = std::max(run.most_micro_batches, most);
+      // Plain libtorch: the same parameters, the whole global batch, the mean loss.
+      {
+        torch::NoGradGuard no_grad;
+        for (std::size_t i = 0; i < model->parameters().size(); ++i) {
+          reference->parameters()[i].copy_(model->parameters()[i]);
+        }
+      }
+      reference->zero_grad(true);
+      auto batch = images.read(all);
+      (loss_sum_of(reference, batch) / static_cast<double>(all.size())).backward();
+      std::vector<torch::Tensor> parts;
+      for (const auto& p : reference->parameters()) parts.push_back(p.grad().reshape({-1}));
+      const torch::Tensor expected = torch::cat(parts);
+      const double error = (bridge.gradients().buffer() - expected).abs().max().item<double>() /
+                           expected.abs().max().item<double>();
+      run.worst = std::max(run.worst, error);
+      ++run.steps;
+    }
+    optimizer.step();
+  }
+  if (rank == 0) {
+    std::printf("[exact] %s at %d ranks: %lld steps, worst relative error %.2e, %lld uneven steps, up to %lld "
+                "micro-batches a rank\n",
+                job.options().session.controller.policy.c_str(), size, static_cast<long long>(run.steps),
+                run.worst, static_cast<long long>(run.uneven_steps), static_cast<long long>(run.most_micro_batches));
+  }
+  return run;
+}
+
+TEST(TorchExact, StaticAccumulatingMicroBatches) {
+  auto options = exact_options("static");
+  options.session.micro_batch_cap = 7;
+  const ExactRun run = run_exact(options);
+  if (run.rank != 0) return;
+  EXPECT_EQ(run.steps, 10);
+  EXPECT_LE(run.worst, 1e-5);
+  EXPECT_GE(run.most_micro_batches, 3) << "each rank's share came in several micro-batches";
+}
+
+TEST(TorchExact, StaticFixedUnevenSplit) {
+  auto options = exact_options("static");
+  const int n = world_size();
+  // Rank i gets a share in proportion to i + 1: 62 = 20 + 42 at 2 ranks, 10 + 20 + 32 at 3, ...
+  std::int64_t left = kExactBatch;
+  for (int i = 0; i < n; ++i) {
+    const std::int64_t share = i + 1 == n ? left : kExactBatch * (i + 1) / (n * (n + 1) / 2);
+    options.session.fixed_split.push_back(share);
+    left -= share;
+  }
+  const ExactRun run = run_exact(options);
+  if (run.rank != 0) return;
+  EXPECT_LE(run.worst, 1e-5);
+  if (n > 1) EXPECT_EQ(run.uneven_steps, run.steps);
+}
+
+// Emulated uneven speeds (a virtual device: rank i takes c / speed_i a sample): dd sizes each
+// rank's share to its speed from the probe on, so the shares are uneven from the first step.
+TEST(TorchExact, DdUnderEmulatedUnevenSpeeds) {
+  auto options = exact_options("dd", 12);
+  options.session.emulation.virtual_seconds_per_sample = 0.0004;
+  options.session.emulation.speeds = {1.0, 0.5, 0.34, 0.25};
+  options.session.emulation.speeds.resize(static_cast<std::size_t>(world_size()));
+  options.session.controller.min_interval = 2;
+  const ExactRun run = run_exact(options, /*probe=*/true);
+  if (run.rank != 0) return;
+  EXPECT_LE(run.worst, 1e-5);
+  if (world_size() > 1) EXPECT_GE(run.uneven_steps, run.steps / 2) << "dd did not follow the emulated speeds";
+}
+
+// nd: each rank claims chunks of the step's pool as it goes; the ranks' counts differ.
+TEST(TorchExact, NdChunks) {
+  auto options = exact_options("nd", 12);
+  options.session.emulation.virtual_seconds_per_sample = 0.0004;
+  options.session.emulation.speeds = {1.0, 0.5, 0.34, 0.25};
+  options.session.emulation.speeds.resize(static_cast<std::size_t>(world_size()));
+  const ExactRun run = run_exact(options);
+  if (run.rank != 0) return;
+  EXPECT_LE(run.worst, 1e-5);
+  EXPECT_GE(run.most_micro_batches, 2) << "no rank claimed more than one chunk";
 }
 
 }  // namespace
