@@ -34,7 +34,7 @@ double accuracy(Cnn& model, antdt::TorchDataset& images) {
 
 int main(int argc, char** argv) {
   antdt::Environment env(argc, argv);  // antdt
-  CLI::App app{"A small CNN on digit images, trained with libtorch under antdt"};
+  CLI::App app{"A small CNN on digit images, trained with libtorch under antdt", "torch-cnn"};
   antdt::JobOptions options;                 // antdt
   antdt::add_job_options(app, options);      // antdt
   std::string train_path, test_path, device = "cpu";
@@ -48,7 +48,7 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "libtorch threads per rank (one rank per core: 1)")->capture_default_str();
   app.add_option("--model-seed", model_seed, "Seed of the model's initial weights")->capture_default_str();
   app.add_option("--device", device, "cpu, or cuda with a CUDA build of libtorch")->capture_default_str();
-  if (int code = antdt::parse(app, argc, argv); code >= 0) return code;  // antdt
+  if (int code = antdt::parse(app, argc, argv, options); code >= 0) return code;  // antdt
 
   return antdt::run_main("torch-cnn", [&] {  // antdt
     torch::set_num_threads(threads);

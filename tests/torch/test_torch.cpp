@@ -535,7 +535,9 @@ TEST(TorchExact, StaticFixedUnevenSplit) {
   const ExactRun run = run_exact(options);
   if (run.rank != 0) return;
   EXPECT_LE(run.worst, 1e-5);
-  if (n > 1) EXPECT_EQ(run.uneven_steps, run.steps);
+  if (n > 1) {
+    EXPECT_EQ(run.uneven_steps, run.steps);
+  }
 }
 
 // Emulated uneven speeds (a virtual device: rank i takes c / speed_i a sample): dd sizes each
@@ -549,7 +551,9 @@ TEST(TorchExact, DdUnderEmulatedUnevenSpeeds) {
   const ExactRun run = run_exact(options, /*probe=*/true);
   if (run.rank != 0) return;
   EXPECT_LE(run.worst, 1e-5);
-  if (world_size() > 1) EXPECT_GE(run.uneven_steps, run.steps / 2) << "dd did not follow the emulated speeds";
+  if (world_size() > 1) {
+    EXPECT_GE(run.uneven_steps, run.steps / 2) << "dd did not follow the emulated speeds";
+  }
 }
 
 // nd: each rank claims chunks of the step's pool as it goes; the ranks' counts differ.

@@ -598,8 +598,8 @@ void add_tensor_state(Job& job, const std::string& name, ::torch::Tensor t) {
 
 std::string layout_text(const ::torch::nn::Module& model, const optim::Optimizer& optimizer) {
   std::string s;
-  for (const auto& [name, p] : model.named_parameters()) s += "parameter " + name + " " + describe(p) + "\n";
-  for (const auto& [name, b] : model.named_buffers()) s += "buffer " + name + " " + describe(b) + "\n";
+  for (const auto& p : model.named_parameters()) s += "parameter " + p.key() + " " + describe(p.value()) + "\n";
+  for (const auto& b : model.named_buffers()) s += "buffer " + b.key() + " " + describe(b.value()) + "\n";
   return s + "optimizer " + optimizer_kind_name(optimizer) + "\n";
 }
 
@@ -657,8 +657,8 @@ TorchBridge::TorchBridge(Job& job, ::torch::nn::Module& model, optim::Optimizer&
           throw UsageError("the checkpoint is of another model or optimizer: " + first_difference(saved, layout));
         }
       });
-  for (const auto& [name, p] : model.named_parameters()) add_tensor_state(job, prefix + "/parameters/" + name, p);
-  for (const auto& [name, b] : model.named_buffers()) add_tensor_state(job, prefix + "/buffers/" + name, b);
+  for (const auto& p : model.named_parameters()) add_tensor_state(job, prefix + "/parameters/" + p.key(), p.value());
+  for (const auto& b : model.named_buffers()) add_tensor_state(job, prefix + "/buffers/" + b.key(), b.value());
   job.add_state(
       prefix + "/optimizer", [&optimizer] { return save_optimizer_state(optimizer); },
       [&optimizer](std::span<const std::byte> bytes) { load_optimizer_state(optimizer, bytes); });
