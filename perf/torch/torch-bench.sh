@@ -55,7 +55,7 @@ run() {
   fi || { echo "torch-bench: a run failed, see $json.log:" >&2; tail -5 "$json.log" >&2; exit 1; }
 }
 
-echo "== perf/torch/torch-bench.sh, $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "== perf/torch/torch-bench.sh, $(date -u '+%Y-%m-%d %H:%M UTC'), $(getconf _NPROCESSORS_ONLN) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "   data: $data (digits 1x28x28), output: $out"
 echo
 echo "== 1. equal speeds: antdt against the same libtorch step with a bare MPI_Allreduce (2 ranks, one per core)"
