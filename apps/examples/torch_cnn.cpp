@@ -6,12 +6,11 @@
 //          --global-batch 256 --epochs 2 --policy dd --checkpoint-dir ckpt
 //
 // The lines that deal with antdt are marked "// antdt".
-#include <CLI/CLI.hpp>
-#include <antdt/antdt.hpp>  // antdt
-#include <antdt/cli.hpp>    // antdt
-#include <antdt/job.hpp>    // antdt
-#include <antdt/torch.hpp>  // antdt
 #include <torch/torch.h>
+#include <CLI/CLI.hpp>
+#include <antdt/cli.hpp>      // antdt: add_job_options, parse, Job, run_main
+#include <antdt/runtime.hpp>  // antdt: Environment
+#include <antdt/torch.hpp>    // antdt
 
 #include <string>
 
@@ -20,13 +19,13 @@
 namespace F = torch::nn::functional;
 
 // Accuracy on held-out images, in batches of 1000.
-double accuracy(Cnn& model, antdt::TorchDataset& images) {
+double accuracy(Cnn& model, antdt::TorchDataset& images) {  // antdt
   torch::NoGradGuard no_grad;
   const std::int64_t n = static_cast<std::int64_t>(images.size().value());
   std::int64_t correct = 0;
   for (std::int64_t first = 0; first < n; first += 1000) {
     const auto idx = torch::arange(first, std::min(n, first + 1000), torch::kLong);
-    auto batch = images.read({idx.data_ptr<std::int64_t>(), static_cast<std::size_t>(idx.numel())});
+    auto batch = images.read({idx.data_ptr<std::int64_t>(), static_cast<std::size_t>(idx.numel())});  // antdt
     correct += model->forward(batch.data).argmax(1).eq(batch.target).sum().item<std::int64_t>();
   }
   return static_cast<double>(correct) / static_cast<double>(n);
@@ -35,8 +34,8 @@ double accuracy(Cnn& model, antdt::TorchDataset& images) {
 int main(int argc, char** argv) {
   antdt::Environment env(argc, argv);  // antdt
   CLI::App app{"A small CNN on digit images, trained with libtorch under antdt", "torch-cnn"};
-  antdt::JobOptions options;                 // antdt
-  antdt::add_job_options(app, options);      // antdt
+  antdt::JobOptions options;             // antdt
+  antdt::add_job_options(app, options);  // antdt
   std::string train_path, test_path, device = "cpu";
   double lr = 0.05, momentum = 0.9;
   int threads = 1;
@@ -52,30 +51,30 @@ int main(int argc, char** argv) {
 
   return antdt::run_main("torch-cnn", [&] {  // antdt
     torch::set_num_threads(threads);
-    antdt::data::Hdf5Dataset train(train_path);                             // antdt
-    options.session.dataset_size = train.size();                            // antdt
-    options.inputs = {{"--data", train_path}};                              // antdt
+    antdt::data::Hdf5Dataset train(train_path);                                    // antdt
+    options.session.dataset_size = train.size();                                   // antdt
+    options.inputs = {{"--data", train_path}};                                     // antdt
     if (!test_path.empty()) options.inputs.push_back({"--test-data", test_path});  // antdt
-    antdt::Job job(options);                                                // antdt
+    antdt::Job job(options);                                                       // antdt
 
     torch::manual_seed(model_seed);
     Cnn model(train.sample_shape(), train.num_classes());
     model->to(torch::Device(device));
     torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(lr).momentum(momentum));
-    antdt::TorchBridge bridge(job, *model, optimizer);  // antdt
+    antdt::TorchBridge bridge(job, *model, optimizer);             // antdt
     antdt::TorchDataset images(train, {}, torch::Device(device));  // antdt
-    job.on_report([&](antdt::RunSummary& summary) {     // antdt
-      summary.parameter_checksum = antdt::torch_checksum(*model);
+    job.on_report([&](antdt::RunSummary& summary) {                // antdt
+      summary.parameter_checksum = antdt::torch_checksum(*model);  // antdt
       if (test_path.empty()) return;
-      antdt::data::Hdf5Dataset test_file(test_path);
-      antdt::TorchDataset test(test_file, {}, torch::Device(device));
-      summary.eval_accuracy = accuracy(model, test);
+      antdt::data::Hdf5Dataset test_file(test_path);                   // antdt
+      antdt::TorchDataset test(test_file, {}, torch::Device(device));  // antdt
+      summary.eval_accuracy = accuracy(model, test);                   // antdt
     });
 
-    while (job.next_step()) {  // antdt
-      bridge.zero_grad();      // antdt
+    while (job.next_step()) {                                                                // antdt
+      bridge.zero_grad();                                                                    // antdt
       for (auto idx = job.next_micro_batch(); !idx.empty(); idx = job.next_micro_batch()) {  // antdt
-        auto batch = images.read(idx);
+        auto batch = images.read(idx);                                                       // antdt
         auto logits = model->forward(batch.data);
         auto loss = F::cross_entropy(logits, batch.target, F::CrossEntropyFuncOptions().reduction(torch::kSum));
         loss.backward();

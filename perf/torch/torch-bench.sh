@@ -24,6 +24,8 @@ mkdir -p "$out"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ANTDT_LOG_LEVEL=warn OMP_NUM_THREADS=1
 example=$build/apps/antdt-example-torch-cnn
 baseline=$build/perf/torch/antdt-bench-torch-baseline
+cmake --build "$build" --target antdt-example-torch-cnn antdt-bench-torch-baseline antdt-datagen >/dev/null \
+  || { echo "torch-bench: cannot build the example and the baseline in $build (libtorch found? ANTDT_BUILD_PERF=ON?)" >&2; exit 2; }
 for bin in "$example" "$baseline" "$build/apps/antdt-datagen"; do
   [ -x "$bin" ] || { echo "torch-bench: $bin is missing: build antdt-example-torch-cnn and antdt-bench-torch-baseline" >&2; exit 2; }
 done

@@ -10,12 +10,12 @@
 //
 // Prints and writes: steps, samples, the loop's wall seconds, samples per second and the median
 // step seconds.
+#include <mpi.h>
+#include <torch/torch.h>
 #include <CLI/CLI.hpp>
 #include <antdt/data.hpp>
 #include <antdt/runtime.hpp>
 #include <antdt/torch.hpp>
-#include <mpi.h>
-#include <torch/torch.h>
 
 #include <algorithm>
 #include <chrono>
@@ -70,8 +70,7 @@ int main(int argc, char** argv) {
     for (std::int64_t i = 0; i < share; ++i) idx[static_cast<std::size_t>(i)] = (step * batch + offset + i) % n;
     gradients.zero();
     auto b = images.read(idx);
-    F::cross_entropy(model->forward(b.data), b.target, F::CrossEntropyFuncOptions().reduction(torch::kSum))
-        .backward();
+    F::cross_entropy(model->forward(b.data), b.target, F::CrossEntropyFuncOptions().reduction(torch::kSum)).backward();
     MPI_Allreduce(MPI_IN_PLACE, sums, static_cast<int>(gradients.numel()), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     gradients.buffer().mul_(1.0f / static_cast<float>(batch));
     optimizer.step();
@@ -85,8 +84,8 @@ int main(int argc, char** argv) {
   const double median = step_seconds.empty() ? 0.0 : step_seconds[step_seconds.size() / 2];
   if (rank == 0) {
     const double throughput = static_cast<double>(steps * batch) / wall;
-    std::printf("torch baseline: %d ranks, B %lld, %lld steps, %.3f s, %.1f samples/s, median step %.3f ms, %s\n",
-                size, static_cast<long long>(batch), static_cast<long long>(steps), wall, throughput, median * 1e3,
+    std::printf("torch baseline: %d ranks, B %lld, %lld steps, %.3f s, %.1f samples/s, median step %.3f ms, %s\n", size,
+                static_cast<long long>(batch), static_cast<long long>(steps), wall, throughput, median * 1e3,
                 antdt::torch_checksum(*model).c_str());
     if (!json_path.empty()) {
       std::ofstream(json_path) << "{\"ranks\": " << size << ", \"global_batch\": " << batch << ", \"steps\": " << steps

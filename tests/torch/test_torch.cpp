@@ -51,7 +51,8 @@ torch::Tensor loss_sum(Net& net, const torch::Tensor& x, const torch::Tensor& y)
 }
 
 torch::Tensor loss_sum_of(Cnn& model, const torch::data::Example<>& batch) {
-  return F::cross_entropy(model->forward(batch.data), batch.target, F::CrossEntropyFuncOptions().reduction(torch::kSum));
+  return F::cross_entropy(model->forward(batch.data), batch.target,
+                          F::CrossEntropyFuncOptions().reduction(torch::kSum));
 }
 
 Net make_net(std::uint64_t seed) {
@@ -412,7 +413,7 @@ struct ExactRun {
   int rank = 0;
   double worst = 0.0;
   std::int64_t steps = 0;
-  std::int64_t uneven_steps = 0;       // steps whose ranks trained different numbers of samples
+  std::int64_t uneven_steps = 0;        // steps whose ranks trained different numbers of samples
   std::int64_t most_micro_batches = 0;  // the most micro-batches (chunks) one rank had in a step
 };
 
@@ -496,18 +497,19 @@ ExactRun run_exact(antdt::JobOptions options, bool probe = false) {
       std::vector<torch::Tensor> parts;
       for (const auto& p : reference->parameters()) parts.push_back(p.grad().reshape({-1}));
       const torch::Tensor expected = torch::cat(parts);
-      const double error = (bridge.gradients().buffer() - expected).abs().max().item<double>() /
-                           expected.abs().max().item<double>();
+      const double error =
+          (bridge.gradients().buffer() - expected).abs().max().item<double>() / expected.abs().max().item<double>();
       run.worst = std::max(run.worst, error);
       ++run.steps;
     }
     optimizer.step();
   }
   if (rank == 0) {
-    std::printf("[exact] %s at %d ranks: %lld steps, worst relative error %.2e, %lld uneven steps, up to %lld "
-                "micro-batches a rank\n",
-                job.options().session.controller.policy.c_str(), size, static_cast<long long>(run.steps),
-                run.worst, static_cast<long long>(run.uneven_steps), static_cast<long long>(run.most_micro_batches));
+    std::printf(
+        "[exact] %s at %d ranks: %lld steps, worst relative error %.2e, %lld uneven steps, up to %lld "
+        "micro-batches a rank\n",
+        job.options().session.controller.policy.c_str(), size, static_cast<long long>(run.steps), run.worst,
+        static_cast<long long>(run.uneven_steps), static_cast<long long>(run.most_micro_batches));
   }
   return run;
 }

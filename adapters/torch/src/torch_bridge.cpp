@@ -22,10 +22,7 @@
 #include <utility>
 
 #include "antdt/error.hpp"
-#if __has_include("antdt/job.hpp")  // TEMPORARY until the Job lands
 #include "antdt/job.hpp"
-#define ANTDT_TORCH_HAVE_JOB 1
-#endif
 #include "antdt/report.hpp"
 
 namespace antdt {
@@ -550,7 +547,6 @@ TorchDataset::TorchDataset(data::Dataset& data, std::vector<std::int64_t> shape,
 // ---------------------------------------------------------------------------------------
 // TorchBridge
 // ---------------------------------------------------------------------------------------
-#ifdef ANTDT_TORCH_HAVE_JOB
 namespace {
 
 // The model's parameters that need a gradient, each once (a shared parameter appears under
@@ -623,6 +619,21 @@ std::string first_difference(const std::string& saved, const std::string& here) 
 
 }  // namespace
 
+// CUDA gradients: through Job::reduce_device (NCCL), where the job has that entry; through host
+// memory and Job::reduce (MPI) otherwise, which is exact too, only slower. (A template, so that
+// the check compiles against a Job with or without the entry.)
+template <class AnyJob>
+std::int64_t reduce_on_device(AnyJob& job, const ::torch::Tensor& sums) {
+  if constexpr (requires(float* p, std::int64_t n) { job.reduce_device(p, n); }) {
+    return job.reduce_device(sums.data_ptr<float>(), sums.numel());
+  } else {
+    ::torch::Tensor host = sums.to(::torch::kCPU);
+    const std::int64_t samples = job.reduce(std::span<float>(host.data_ptr<float>(), host.numel()));
+    sums.copy_(host);
+    return samples;
+  }
+}
+
 struct TorchBridge::Impl {
   Impl(Job& j, ::torch::nn::Module& m, optim::Optimizer& o) : job(j), model(m), optimizer(o), grads(trainable(m)) {}
   Job& job;
@@ -674,9 +685,9 @@ std::int64_t TorchBridge::reduce() {
   auto* sums = m.grads.buffer().data_ptr<float>();
   std::int64_t samples = 0;
   if (m.grads.on_cuda()) {
-    // Backward ran on libtorch's stream; antdt's NCCL reduction runs on its own.
+    // Backward ran on libtorch's stream; antdt's reduction runs on its own.
     ::torch::cuda::synchronize(m.grads.buffer().device().index());
-    samples = m.job.reduce_device(sums, m.grads.numel());
+    samples = reduce_on_device(m.job, m.grads.buffer());
   } else {
     samples = m.job.reduce(std::span<float>(sums, static_cast<std::size_t>(m.grads.numel())));
   }
@@ -691,6 +702,5 @@ std::int64_t TorchBridge::step() {
 }
 
 TorchGradients& TorchBridge::gradients() noexcept { return impl_->grads; }
-#endif
 
 }  // namespace antdt
