@@ -76,7 +76,7 @@ fi
 echo "== torch case: the example on the GPU"
 "$B/apps/antdt-datagen" --kind digits -n 6000 -o "$WORK/digits.h5" --eval-output "$WORK/digits-test.h5" \
   --eval-samples 1000 --overwrite > /dev/null
-if timeout 300 mpirun -np 1 "$B/apps/antdt-example-torch-cnn" --data "$WORK/digits.h5" --test-data "$WORK/digits-test.h5" \
+if timeout 300 mpirun -np 1 "$B/apps/examples/antdt-example-torch-cnn" --data "$WORK/digits.h5" --test-data "$WORK/digits-test.h5" \
      --device cuda --global-batch 64 --epochs 2 --summary-json "$WORK/example.json" > "$WORK/example.log" 2>&1; then
   "$PY" - "$WORK/example.json" <<'EOF' || status=1
 import json, sys

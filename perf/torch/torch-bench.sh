@@ -22,7 +22,7 @@ batches=${BATCHES:-256 1024}
 out=${OUT:-$(mktemp -d /tmp/antdt-torch-bench.XXXXXX)}
 mkdir -p "$out"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ANTDT_LOG_LEVEL=warn OMP_NUM_THREADS=1
-example=$build/apps/antdt-example-torch-cnn
+example=$build/apps/examples/antdt-example-torch-cnn
 baseline=$build/perf/torch/antdt-bench-torch-baseline
 cmake --build "$build" --target antdt-example-torch-cnn antdt-bench-torch-baseline antdt-datagen >/dev/null \
   || { echo "torch-bench: cannot build the example and the baseline in $build (libtorch found? ANTDT_BUILD_PERF=ON?)" >&2; exit 2; }

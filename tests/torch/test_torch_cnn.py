@@ -26,7 +26,7 @@ from harness import BUILD, DATAGEN, ENV, run  # noqa: E402 (takes BUILD_DIR and 
 from test_faults import (Faults, assert_exactly_once, finish, logged_steps, rank_pids, read_log,  # noqa: E402
                          wait_for_step)
 
-EXAMPLE = os.path.join(BUILD, "apps", "antdt-example-torch-cnn")
+EXAMPLE = os.path.join(BUILD, "apps", "examples", "antdt-example-torch-cnn")
 EXIT_STOPPED = 76
 # The accuracy docs/torch.md states: 3 epochs of 6000 images at 2 ranks (10 classes: chance 0.1).
 LEARNS_ACCURACY = 0.90
