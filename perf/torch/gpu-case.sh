@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
 # perf/torch/gpu-case.sh: the libtorch case of a GPU check (docs/torch.md, "CUDA"). antdt::torch
-# with CUDA tensors: the bridge reduces through Job::reduce_device (NCCL). Debian's libtorch is
-# CPU-only, so this runs only on a machine with a CUDA build of libtorch (the PyTorch of a GPU
-# machine carries one: python3 -c 'import torch; print(torch.utils.cmake_prefix_path)').
-# Run from the repository root; perf/gpu-check.sh calls it when TORCH_CASE=1 (or run it alone).
+# with CUDA tensors: the bridge copies the gradient buffer to host memory, reduces it with
+# Job::reduce (MPI) and copies the mean back (antdt::Job has no device reduction entry yet).
+# Debian's libtorch is CPU-only, so this runs only on a machine with a CUDA build of libtorch
+# (the PyTorch of a GPU machine carries one: python3 -c 'import torch; print(torch.utils.cmake_prefix_path)').
+# Run it alone, from the repository root (perf/gpu-check.sh does not call it). It has not run yet:
+# no GPU machine was available when it was written.
 # It writes its log to ${OUT:-./gpu-check-out}/torch-case.log and works in ${TORCH_CASE_WORK:-/tmp/antdt-torch-case}.
 #
 #  1. Inventory: the PyTorch there (version, CUDA, C++ ABI, CMake prefix), nvcc, MPI, HDF5, CLI11, GoogleTest.
 #  2. Build (CMake, about 5 minutes on 16 cores): antdt with CUDA and NCCL, and antdt::torch
 #     against that libtorch: test_torch, antdt-example-torch-cnn, antdt-datagen.
 #  3. test_torch's TorchExact cases at 1 rank with ANTDT_TORCH_TEST_DEVICE=cuda: each step's
-#     reduced gradient (CUDA tensors, NCCL) against plain libtorch's on the whole batch, on the
-#     GPU (TF32 off). One GPU holds one NCCL rank (NCCL refuses two ranks on one device).
+#     reduced gradient (CUDA tensors) against plain libtorch's on the whole batch, on the GPU
+#     (TF32 off).
 #  4. The example on the GPU (--device cuda), 1 rank, 2 epochs of 6000 digits: it must learn
-#     (held-out accuracy >= 0.9) and its summary must name the NCCL reducer.
+#     (held-out accuracy >= 0.9); the summary's reducer is printed.
 # Exit status: non-zero when a step that ran failed; a step that cannot run says why.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -65,7 +67,7 @@ fi
 # libtorch's own libraries (and its CUDA ones) beside the Python package.
 export LD_LIBRARY_PATH="$TORCH_PREFIX/../../lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
-echo "== torch case: exact gradients with CUDA tensors (NCCL), 1 rank"
+echo "== torch case: exact gradients with CUDA tensors, 1 rank"
 if ANTDT_TORCH_TEST_DEVICE=cuda timeout 300 mpirun -np 1 "$B/tests/torch/test_torch" --gtest_filter='TorchExact.*' \
      > "$WORK/exact.log" 2>&1; then
   grep "^\[exact\]" "$WORK/exact.log"; echo "  passed"
@@ -82,8 +84,8 @@ if timeout 300 mpirun -np 1 "$B/apps/examples/antdt-example-torch-cnn" --data "$
 import json, sys
 s = json.load(open(sys.argv[1]))
 print("  held-out accuracy %.3f, reducer %s, %.0f samples/s" % (s["eval_accuracy"], s["reducer"], s["throughput"]))
-ok = s["eval_accuracy"] >= 0.9 and s["reducer"] == "nccl"
-print("  passed" if ok else "  FAILED: accuracy below 0.9 or not reduced through NCCL")
+ok = s["eval_accuracy"] >= 0.9
+print("  passed" if ok else "  FAILED: held-out accuracy below 0.9")
 sys.exit(0 if ok else 1)
 EOF
 else

@@ -421,7 +421,7 @@ struct ExactRun {
 // reduction, rank 0 gathers every rank's sample indices, recomputes the gradient of the mean
 // loss over all of them in one plain libtorch pass on a copy of the model, and compares.
 // The device the exact cases train on: ANTDT_TORCH_TEST_DEVICE (perf/torch/gpu-case.sh sets cuda,
-// where CUDA tensors go through Job::reduce_device), cpu by default.
+// where CUDA tensors are reduced through host memory), cpu by default.
 torch::Device test_device() {
   const char* name = std::getenv("ANTDT_TORCH_TEST_DEVICE");
   const torch::Device device(name && *name ? name : "cpu");
