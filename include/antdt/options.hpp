@@ -133,19 +133,19 @@ struct SessionOptions {
   std::int64_t dataset_size = 0;     // N samples, indices [0, N)
   std::int64_t global_batch = 0;     // B samples per step across all ranks
   std::int64_t micro_batch_cap = 0;  // this rank's m_i (most samples per micro-step); 0 = global_batch
-  std::int64_t shard_size = 0;       // DDS shard length; 0 = about 10 micro-batches
-  std::uint64_t seed = 0;            // data order (shard shuffle) seed
-  bool shuffle_shards = true;
-  bool shuffle_within_shard = false;
-  std::int64_t max_epochs = 0;   // 0 = unlimited (stop by steps)
-  std::int64_t max_steps = 0;    // 0 = unlimited (stop by epochs)
-  int prefetch_steps = 2;        // shards are granted this many steps ahead
-  ControllerOptions controller;  // policy, hysteresis, windows (global_batch/caps are filled in)
+  std::int64_t shard_size = 0;       // DDS shard length; 0 = about 10 global batches (docs/dds.md)
+  std::uint64_t seed = 0;            // data order seed (shard order, order within shards)
+  bool shuffle_shards = true;        // each epoch visits the shards in its own order
+  bool shuffle_within_shard = true;  // ... and the samples of each shard (off: contiguous reads)
+  std::int64_t max_epochs = 0;       // 0 = unlimited (stop by steps)
+  std::int64_t max_steps = 0;        // 0 = unlimited (stop by epochs)
+  int prefetch_steps = 2;            // no effect: every rank composes its own steps from the data order
+  ControllerOptions controller;      // policy, hysteresis, windows (global_batch/caps are filled in)
   // Policy static only: this split b_i (one per rank, summing to global_batch) instead of equal
   // batches, e.g. the best fixed split found offline to compare dd against. Empty: equal.
   std::vector<std::int64_t> fixed_split;
-  int backup_workers = -1;   // pooled policies (nd): ranks a step may do without (docs/nd.md);
-                             // -1: 1, or 0 on a single rank
+  int backup_workers = -1;   // pooled policies (nd): checked (0 to ranks - 1), no longer limits any
+                             // rank's claims (docs/nd.md); -1: 1, or 0 on a single rank
   int chunks_per_share = 8;  // pooled policies: a micro-chunk is about b_i / this
   double first_chunk = 0.0;  // pooled policies: a step's first chunk is at least this part of b_i, in [0, 1)
   PoolMechanism pool_mechanism = PoolMechanism::automatic;  // pooled policies: counter or deadline

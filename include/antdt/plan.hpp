@@ -65,7 +65,7 @@ struct Plan {
 
 struct PoolOptions {
   bool pooled = false;       // the job may pool steps (nd, auto): its pool exists; Plan::pooled says which do
-  int backup_workers = 0;    // b: ranks a step may do without (any P - b of them can do B)
+  int backup_workers = 0;    // b: checked only; any rank may claim any part of a step's batch
   int chunks_per_share = 8;  // a rank's chunk is about b_i / this (at most m_i)
   double first_chunk = 0.0;  // a rank's first chunk of a step is at least this part of b_i (0: none), in [0, 1)
   PoolMechanism mechanism = PoolMechanism::automatic;  // automatic: counter on one node, else deadline
@@ -75,11 +75,10 @@ struct PoolOptions {
 // [0, 1)), or "" when it can. The one check of these fields, for the Session and the Agent.
 [[nodiscard]] std::string pool_chunking_problem(const PoolOptions& pool);
 
-// What rank i is provisioned to claim in one pooled step (its grants are sized for it):
-// ceil(b_i * P / (P - b)), at most the global batch, so that any P - b ranks together can do
-// all of B.
-[[nodiscard]] std::int64_t pooled_claim_cap(std::int64_t share, std::int64_t global_batch, int world,
-                                            int backup_workers);
+// Why `backup_workers` cannot be used on `world` ranks (not in [0, world)), or "" when it can.
+// With steps composed from the data order any rank may claim any part of a step's batch, so the
+// count limits nothing (docs/nd.md); it is still checked.
+[[nodiscard]] std::string backup_workers_problem(int backup_workers, int world);
 
 // THE micro-batch rule, used by the plan, the Session and accumulate_micro_batches: n samples
 // in ceil(n / cap) near-equal parts, the first n % k one larger. Empty for n <= 0; UsageError

@@ -14,11 +14,14 @@
 //     session.mark_compute_done();                         // local (optional; CUDA users may pass event time)
 //     session.reduce(grads, work.samples.size());          // collective: (1/B) * sum over ranks
 //     apply the update;
-//     session.end_step(loss_sum);                          // collective: stats, commit, next plan/grants
+//     session.end_step(loss_sum);                          // collective: stats, commit, next plan
 //   }
 //
-// Samples handed out in a step are committed (marked trained-on, exactly once per epoch) only
-// in end_step, after the reduction. The user's communicator is duplicated, never modified.
+// A step's global batch is fixed by the data order alone: step t trains on the next B positions
+// of the epochs' seeded order, whatever the policy, plan, world size or timing, and the plan
+// only divides them among the ranks (docs/dds.md). They are committed (marked trained-on,
+// exactly once per epoch) only in end_step, after the reduction. The user's communicator is
+// duplicated, never modified.
 #pragma once
 
 #include <cstdint>
@@ -60,16 +63,16 @@ class Session {
   // speeds apply. Returns this rank's measured samples/s (the median of its repetitions).
   double probe(const std::function<void(std::int64_t)>& micro_step, int repetitions = 3);
 
-  // Local. Applies a plan whose effective step has come, and hands out this rank's samples.
-  // The first call is collective (initial shard grants).
+  // Local. Applies a plan whose effective step has come, and hands out this rank's samples: its
+  // slice of the step's batch. The first call is collective (where the data order stands).
   StepWork begin_step();
   // Local, optional: marks the end of data loading for this step.
   void mark_data_ready();
-  // Local: the samples the next begin_step() will hand this rank, as far as it knows now
-  // (the plan that will be in force then, the grants it holds), for reading them ahead
-  // (data::ReadAhead). A plan or grants that arrive in between can make the real ones longer
-  // or shorter; a restore or failure recovery can change them. So a reader must check them
-  // against begin_step()'s, as ReadAhead does. Empty before the first begin_step().
+  // Local: the samples the next begin_step() will hand this rank, for reading them ahead
+  // (data::ReadAhead): its slice of the next step's batch under the plan that will be in force
+  // then. Exact when that plan is known; a plan that arrives in between, a step that leaves
+  // part of its batch undone (a deadline pool) or a restore can change them, so a reader must
+  // check them against begin_step()'s, as ReadAhead does. Empty for pooled steps.
   [[nodiscard]] std::vector<std::int64_t> next_samples() const;
   // Local, optional: marks local gradients ready (before any sync). `measured_seconds` >= 0
   // overrides the host clock (e.g. CUDA event time). Applies the speed emulation (waits).
@@ -103,7 +106,7 @@ class Session {
   // every rank alike, outside a step or when local_samples is not what this rank was given.
   std::int64_t reduce(std::span<std::int64_t> sums, std::int64_t local_samples);
 
-  // Collective. Reports stats, commits this step's samples, receives the next plan and grants.
+  // Collective. Reports stats, commits this step's samples, receives the next plan.
   StepSummary end_step(double loss_sum = 0.0, std::int64_t correct = 0);
 
   // True once max_steps are done or every epoch of max_epochs is committed, or the Controller
@@ -154,8 +157,12 @@ class Session {
   [[nodiscard]] std::vector<double> rank_throughput() const;  // x_i: median samples per compute-second
   [[nodiscard]] std::vector<RankAssessment> assessments() const;
   [[nodiscard]] std::int64_t samples_committed() const noexcept;
+  // Rank 0 (0 elsewhere): steps of this run that did not train all of their batch (a deadline
+  // pool's slowed ranks); their undone samples went to later steps, so from the first such step
+  // on the run's steps differ from the ones the data order alone gives (docs/dds.md).
+  [[nodiscard]] std::int64_t altered_steps() const noexcept;
   [[nodiscard]] double elapsed_seconds() const noexcept;
-  // Rank 0: wall time spent in the DDS coordinator (commit, coverage, grants), all steps.
+  // Rank 0: wall time spent in the DDS coordinator (commit, coverage), all steps.
   [[nodiscard]] double dds_seconds() const noexcept;
   // Every rank's micro-batch cap m_i, as gathered by the constructor (on every rank).
   [[nodiscard]] const std::vector<std::int64_t>& micro_batch_caps() const noexcept;

@@ -19,10 +19,12 @@ Agent::Agent(int rank, int world_size, const dds::LedgerOptions& ledger, const E
       world_(world_size),
       pool_(pool),
       clock_(&clock),
-      client_(ledger),
+      map_(ledger),
+      stream_(ledger.dataset_size, ledger.max_epochs),
       emulator_(emulation, rank, world_size, node) {
   if (pool.pooled) {
-    (void)pooled_claim_cap(1, 1, world_size, pool.backup_workers);  // UsageError on a bad count
+    if (const std::string why = backup_workers_problem(pool.backup_workers, world_size); !why.empty())
+      throw UsageError(why);
     if (const std::string why = pool_chunking_problem(pool); !why.empty()) throw UsageError("pooled steps: " + why);
   }
 }
@@ -36,7 +38,8 @@ void Agent::resume(const protocol::ResumeState& state, const dds::LedgerOptions&
   completed_epochs_ = state.completed_epochs;
   committed_total_ = state.committed_total;
   finished_ = state.finished;
-  client_ = dds::Client(saved_order);
+  map_ = dds::ShardMap(saved_order);
+  stream_ = dds::StepStream(saved_order.dataset_size, saved_order.max_epochs, state.cursor, state.carried);
 }
 
 StepWork Agent::begin() {
@@ -52,6 +55,8 @@ StepWork Agent::begin() {
   w.plan_version = p.version;
   if (p.pooled && !pool_.pooled) throw UsageError("a plan pools its steps, but this job has no pool (PoolOptions)");
   step_pooled_ = w.pooled = p.pooled;
+  batch_ = stream_.next(p.global_batch);
+  share_ = dds::share_of(p.batch, rank_, batch_.size());
   if (step_pooled_) {
     samples_ = 0;
     micro_steps_ = 0;
@@ -59,7 +64,7 @@ StepWork Agent::begin() {
     pool_empty_ = false;
     chunk_ = 0;
   } else {
-    w.samples = client_.take(p.batch[static_cast<std::size_t>(rank_)]);
+    w.samples = map_.indices(batch_, share_.begin, share_.end);
     samples_ = static_cast<std::int64_t>(w.samples.size());
     w.micro_batches = p.micro_batches(rank_, samples_);
     micro_steps_ = static_cast<std::int32_t>(w.micro_batches.size());
@@ -112,14 +117,10 @@ std::vector<std::int64_t> Agent::next_chunk(StepPool* pool) {
   const Plan& p = plan();
   const auto r = static_cast<std::size_t>(rank_);
   const std::int64_t share = std::max<std::int64_t>(1, p.batch[r]);
-  // What it holds bounds what it may claim: its grants are sized (pooled_claim_cap) so that it
-  // can do P/(P-b) times its share in a step, and more when it holds more.
-  std::int64_t may = client_.held();
-  if (!pool) {  // by deadline: its provisioned share once there is a deadline, else its share
-    const std::int64_t budget =
-        deadline_ > 0.0 ? pooled_claim_cap(p.batch[r], p.global_batch, world_, pool_.backup_workers) : p.batch[r];
-    may = std::min(may, budget - samples_);
-  }
+  // A counter pool: any part of the step's batch, as long as the pool lasts (a claim is an offset
+  // into the batch, so any rank can train any of it). A deadline: its own slice of the batch,
+  // whose rest is carried to the next step if it does not reach it.
+  const std::int64_t may = (pool ? batch_.size() : share_.size()) - samples_;
   if (pool_empty_ || may <= 0) return {};
   const double usual = usual_rate();
   double pace = 1.0;  // this step's throughput over the usual one, at most 1
@@ -129,19 +130,21 @@ std::vector<std::int64_t> Agent::next_chunk(StepPool* pool) {
   if (samples_ == 0) want = std::max(want, static_cast<std::int64_t>(pool_.first_chunk * static_cast<double>(share)));
   if (!pool) return next_chunk_by_deadline(std::min({want, p.micro_batch_cap[r], may}), usual);
   // Only worth a look when the rank may be slow, or the pool may be nearly drained.
-  if (pace < 1.0 || claimed_seen_ > p.global_batch / 2) claimed_seen_ = pool->claimed();
-  const double left = static_cast<double>(std::max<std::int64_t>(1, p.global_batch - claimed_seen_));
+  const std::int64_t total = batch_.size();  // B, fewer only at the end of the data
+  if (pace < 1.0 || claimed_seen_ > total / 2) claimed_seen_ = pool->claimed();
+  const double left = static_cast<double>(std::max<std::int64_t>(1, total - claimed_seen_));
   const double mine_of_left = left * static_cast<double>(share) / static_cast<double>(p.global_batch) * pace;
   want = std::min(
       {want, std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(mine_of_left))), p.micro_batch_cap[r], may});
   std::int64_t before = 0;
-  const std::int64_t got = pool->claim(want, p.global_batch, before);
+  const std::int64_t got = pool->claim(want, total, before);
   claimed_seen_ = before + want;
   if (got == 0) {
     pool_empty_ = true;
     return {};
   }
-  std::vector<std::int64_t> indices = client_.take(got);
+  // The claim's count is an offset into the step's batch: the chunk is those positions.
+  std::vector<std::int64_t> indices = map_.indices(batch_, before, before + got);
   chunk_ = got;
   samples_ += got;
   ++micro_steps_;
@@ -160,7 +163,9 @@ std::vector<std::int64_t> Agent::next_chunk_by_deadline(std::int64_t want, doubl
     pool_empty_ = true;
     return {};
   }
-  std::vector<std::int64_t> indices = client_.take(want);
+  // The next positions of this rank's slice, in order: what it does not reach is the slice's tail.
+  const std::int64_t from = share_.begin + samples_;
+  std::vector<std::int64_t> indices = map_.indices(batch_, from, from + want);
   chunk_ = static_cast<std::int64_t>(indices.size());
   samples_ += chunk_;
   ++micro_steps_;
@@ -215,7 +220,12 @@ StepSummary Agent::apply(const protocol::StepReply& reply, std::shared_ptr<const
     plans_.issue(std::move(plan));
     s.plan_changed = true;
   }
-  client_.add(reply.grants, rank_);
+  if (reply.ends_step) stream_.advance(batch_, reply.undone);
+  if (stream_.cursor() != reply.next_position) {
+    throw Error("step reply: rank " + std::to_string(rank_) + " has the data order at position " +
+                std::to_string(stream_.cursor()) + " but rank 0 has it at " + std::to_string(reply.next_position) +
+                " (every rank must run the same antdt with the same data options)");
+  }
   completed_epochs_ = reply.completed_epochs;
   committed_total_ = reply.committed_total;
   finished_ = reply.finished;
@@ -261,9 +271,13 @@ double Agent::probe(const std::function<void(std::int64_t)>& micro_step, std::in
 std::vector<std::int64_t> Agent::next_samples() const {
   if (finished_ || !plans_.has_plan()) return {};
   const Plan& p = plans_.at(in_step_ ? step_ + 1 : step_);
-  if (p.pooled) return {};
-  const auto r = static_cast<std::size_t>(rank_);
-  return r < p.batch.size() ? client_.peek(p.batch[r]) : std::vector<std::int64_t>{};
+  if (p.pooled) return {};  // a pooled step's samples are claimed as it goes
+  dds::StepStream after = stream_;
+  if (in_step_ && batch_.size() > 0) after.advance(batch_);  // as if the open step trains all of its batch
+  if (after.exhausted()) return {};
+  const dds::StepBatch next = after.next(p.global_batch);
+  const dds::BatchRange mine = dds::share_of(p.batch, rank_, next.size());
+  return map_.indices(next, mine.begin, mine.end);
 }
 
 }  // namespace antdt::agent

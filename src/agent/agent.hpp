@@ -1,6 +1,7 @@
-// Private: one rank's side of a step (docs/protocol.md). The Agent owns the rank's DDS Client
-// (its prefetched grants), the plan in force and the pending one, the step's timers and the
-// speed emulator. It does no MPI: the Session carries its reports and replies over the
+// Private: one rank's side of a step (docs/protocol.md). The Agent owns the rank's view of the
+// data order (a dds::StepStream and the ShardMap: every step's batch, from which it cuts its own
+// slice under the plan, docs/dds.md), the plan in force and the pending one, the step's timers
+// and the speed emulator. It does no MPI: the Session carries its reports and replies over the
 // communicator; the simulator hands them to the StepCoordinator directly, with a virtual clock.
 //
 //   StepWork w = agent.begin();          // plan due -> in force; my samples; micro-batches
@@ -9,7 +10,7 @@
 //   agent.add_reduce_seconds(seconds);
 //   StepReport r = agent.report(loss, correct);
 //   ... StepReply for this rank ...
-//   StepSummary s = agent.apply(reply, plan);   // grants, next plan, counters
+//   StepSummary s = agent.apply(reply, plan);   // the order moves on; next plan, counters
 //
 // A pooled (non-dedicated) step takes no fixed share: between begin() and mark_compute_done()
 // the rank claims micro-chunks from the step's pool (next_chunk) and computes each
@@ -67,22 +68,25 @@ class Agent {
 
   // The plan in force from now (start, probe, restore), and any pending one.
   void reset_plan(std::shared_ptr<const Plan> current, std::shared_ptr<const Plan> pending = nullptr);
-  // Where a restored run resumes (ResumeState from rank 0); drops every grant held.
+  // Where a restored run resumes (ResumeState from rank 0): its step, and where its data order
+  // stands (`saved_order`: this run's ledger options with the checkpoint's order).
   void resume(const protocol::ResumeState& state, const dds::LedgerOptions& saved_order);
 
-  // Starts the next step: puts a due plan in force and takes this rank's b_i samples from its
-  // grants, in micro-batches by the plan's rule. UsageError when a step is open or the run
-  // has finished.
+  // Starts the next step: puts a due plan in force, composes the step's batch from the data
+  // order and takes this rank's slice of it (b_i samples, fewer only at the end of the data),
+  // in micro-batches by the plan's rule. UsageError when a step is open or the run has finished.
   StepWork begin();
   void mark_data_ready();
   // `measured` >= 0 overrides the clock (CUDA event time). Waits out the emulated slowdown.
   // Only the first call of a step counts. In a pooled step it ends the claiming (the
   // chunks' compute was counted by chunk_done) and `measured` is not used.
   void mark_compute_done(double measured = -1.0);
-  // Pooled steps: claims this rank's next micro-chunk from `pool` and takes its samples from
-  // the grants; empty when the pool is empty or this rank holds no more. UsageError outside a
-  // pooled step. With `pool` null (PoolMechanism::deadline) the rank computes its provisioned
-  // share until the reply's deadline, or its share itself while there is no deadline yet.
+  // Pooled steps: claims this rank's next micro-chunk from `pool`, whose count is an offset into
+  // the step's batch, so the chunk is those positions of the batch; empty when the pool is empty
+  // (all of the batch is claimed). UsageError outside a pooled step.
+  // With `pool` null (PoolMechanism::deadline) the rank computes its own slice, chunk by chunk,
+  // until the reply's deadline (or all of it while there is no deadline yet); the rest of the
+  // slice is left undone and carried to the next steps.
   std::vector<std::int64_t> next_chunk(StepPool* pool);
   // Pooled steps: the last chunk's compute took `measured` seconds (< 0: since next_chunk
   // returned); waits out the emulated slowdown of the chunk.
@@ -96,8 +100,10 @@ class Agent {
   void request_checkpoint() noexcept { checkpoint_asked_ = true; }
   // Closes the step's timing and says what the rank did. UsageError without begin().
   [[nodiscard]] protocol::StepReport report(double loss_sum, std::int64_t correct);
-  // Takes this rank's reply (and the plan that came with it, when reply.plan_follows).
-  // Throws the error rank 0 sent when it rejected the step.
+  // Takes this rank's reply (and the plan that came with it, when reply.plan_follows): the data
+  // order moves past the step (carrying what the reply says was left undone). Throws the error
+  // rank 0 sent when it rejected the step, and antdt::Error if this rank's view of the order
+  // disagrees with rank 0's.
   StepSummary apply(const protocol::StepReply& reply, std::shared_ptr<const Plan> plan = nullptr);
 
   // Times `micro_step(n)` `repetitions` times after a warm-up, and more while the timed ones
@@ -107,7 +113,9 @@ class Agent {
   static constexpr double kProbeMinSeconds = 0.02;
   static constexpr int kProbeMaxRepetitions = 64;
 
-  // The samples the next begin() will take, as far as the Agent knows now (Session::next_samples).
+  // The samples the next begin() will take, as far as the Agent knows now (Session::next_samples):
+  // exact unless a plan for that step arrives in between or the step now open leaves part of
+  // its batch undone.
   [[nodiscard]] std::vector<std::int64_t> next_samples() const;
 
   [[nodiscard]] int rank() const noexcept { return rank_; }
@@ -126,7 +134,8 @@ class Agent {
   [[nodiscard]] std::int64_t completed_epochs() const noexcept { return completed_epochs_; }
   [[nodiscard]] std::int64_t committed_total() const noexcept { return committed_total_; }
   [[nodiscard]] const SpeedEmulator& emulator() const noexcept { return emulator_; }
-  [[nodiscard]] std::int64_t held() const noexcept { return client_.held(); }
+  // Where the data order stands on this rank (the next batch starts from it).
+  [[nodiscard]] const dds::StepStream& stream() const noexcept { return stream_; }
   [[nodiscard]] const PoolOptions& pool() const noexcept { return pool_; }
 
  private:
@@ -134,7 +143,10 @@ class Agent {
   int world_;
   PoolOptions pool_;
   Clock* clock_;
-  dds::Client client_;
+  dds::ShardMap map_;
+  dds::StepStream stream_;
+  dds::StepBatch batch_;   // the open (or last) step's batch
+  dds::BatchRange share_;  // this rank's slice of it
   SpeedEmulator emulator_;
   PlanSchedule plans_;
 

@@ -32,13 +32,10 @@ std::string pool_chunking_problem(const PoolOptions& pool) {
   return {};
 }
 
-std::int64_t pooled_claim_cap(std::int64_t share, std::int64_t global_batch, int world, int backup_workers) {
-  if (world < 1 || backup_workers < 0 || backup_workers >= world) {
-    throw UsageError("backup workers: " + std::to_string(backup_workers) + " of " + std::to_string(world) +
-                     " ranks; a step needs at least one rank that is not a backup");
-  }
-  const auto doers = static_cast<std::int64_t>(world - backup_workers);
-  return std::min(global_batch, ceil_div(share * world, doers));
+std::string backup_workers_problem(int backup_workers, int world) {
+  if (world >= 1 && backup_workers >= 0 && backup_workers < world) return {};
+  return "backup workers: " + std::to_string(backup_workers) + " of " + std::to_string(world) +
+         " ranks; a step needs at least one rank that is not a backup";
 }
 
 void PlanSchedule::reset(std::shared_ptr<const Plan> current, std::shared_ptr<const Plan> pending) {

@@ -1,4 +1,4 @@
-// Rank 0's DDS logic, and every rank's Client mirror.
+// Rank 0's DDS logic: the Ledger and the coverage counter.
 //
 // The coverage counter is deliberately independent of the ledger: it sees only the sample
 // indices of committed runs (through ShardMap) and keeps one bit per index per open epoch,
@@ -17,14 +17,14 @@ namespace antdt::dds {
 
 namespace {
 constexpr std::uint64_t kCoordinatorMagic = 0x5244524F4F435344ULL;  // "DSCOORDR"
-// Version 2 stores each open epoch's coverage bitmap either as its maximal runs of set bits
+// Each open epoch's coverage bitmap is stored either as its maximal runs of set bits
 // (IndexRange pairs, 16 bytes a run) or as the raw N/8 bytes, whichever is smaller: committed
-// samples come in runs of whole shards and grants, so a 2.56e9-sample epoch usually saves in
-// kilobytes to megabytes instead of 320 MB, and tiny shards in a shuffled order never cost
-// more than the bitmap. The choice depends only on the bits, so the encoding is canonical.
-// Version 1 (always the raw bitmap) is still read.
-constexpr std::uint32_t kCoordinatorVersion = 2;
-constexpr std::uint32_t kCoordinatorBitmapVersion = 1;
+// samples come in runs of whole shards, so a 2.56e9-sample epoch usually saves in kilobytes to
+// megabytes instead of 320 MB, and tiny shards in a shuffled order never cost more than the
+// bitmap. The choice depends only on the bits, so the encoding is canonical.
+// 3: the ledger inside is a version-2 ledger (the stream). Versions 1 and 2 held a version-1
+// ledger, which cannot be resumed (Ledger::restore says so).
+constexpr std::uint32_t kCoordinatorVersion = 3;
 constexpr std::uint8_t kCoverageBitmap = 0, kCoverageRuns = 1;
 
 std::size_t words_for(std::int64_t n) { return static_cast<std::size_t>((n + 63) / 64); }
@@ -78,97 +78,18 @@ std::int64_t mark(std::vector<std::uint64_t>& bits, std::int64_t begin, std::int
 }
 }  // namespace
 
-Coordinator::Coordinator(const LedgerOptions& options, int world_size, int prefetch_steps)
-    : Coordinator(Ledger(options, world_size), prefetch_steps) {}
+Coordinator::Coordinator(const LedgerOptions& options) : Coordinator(Ledger(options)) {}
 
-Coordinator::Coordinator(Ledger ledger, int prefetch_steps)
-    : ledger_(std::move(ledger)), prefetch_steps_(prefetch_steps) {
-  if (prefetch_steps < 1)
-    throw UsageError("dds: prefetch_steps must be at least 1, got " + std::to_string(prefetch_steps));
-}
+Coordinator::Coordinator(Ledger ledger) : ledger_(std::move(ledger)) {}
 
-std::vector<Grant> Coordinator::grant(const std::vector<std::int64_t>& demand) {
-  const int world = ledger_.world_size();
-  if (static_cast<int>(demand.size()) != world) {
-    throw UsageError("dds: grant needs one demand per rank: got " + std::to_string(demand.size()) + " for " +
-                     std::to_string(world) + " ranks");
-  }
-  for (int r = 0; r < world; ++r) {
-    if (demand[static_cast<std::size_t>(r)] < 0) {
-      throw UsageError("dds: demand of rank " + std::to_string(r) + " is negative");
-    }
-  }
-  std::vector<Grant> out;
-  // Restored tails first, all of them, so every rank's holdings equal the uninterrupted run's.
-  for (int r = 0; r < world; ++r) {
-    while (ledger_.has_reserved(r)) out.push_back(*ledger_.acquire(r));
-  }
-  // Round robin, one piece per rank per pass, lowest rank first, until every rank holds its
-  // target. Only the ranks still below target are visited: a rank's holdings grow only by its
-  // own grants, so the ranks of pass k+1 are those of pass k still short after theirs, and the
-  // sequence of grants is the same as visiting every rank in every pass, at O(grants) cost.
-  const auto target_of = [&](int r) {
-    return static_cast<std::int64_t>(prefetch_steps_) * demand[static_cast<std::size_t>(r)];
-  };
-  std::vector<int>& short_ranks = scratch_ranks_;
-  short_ranks.clear();
-  for (int r = 0; r < world; ++r) {
-    if (ledger_.held(r) < target_of(r)) short_ranks.push_back(r);
-  }
-  while (!short_ranks.empty()) {
-    std::size_t still_short = 0;
-    for (const int r : short_ranks) {
-      const std::int64_t target = target_of(r);
-      // Grants are cut to the rank's own prefetch target, not whole shards: a slow rank then
-      // never sits on a large shard that everyone waits for at the end of the last epoch.
-      auto piece = ledger_.acquire(r, std::max<std::int64_t>(1, target));
-      if (!piece) return out;  // max_epochs reached: nothing left for anyone
-      out.push_back(*piece);
-      if (ledger_.held(r) < target) short_ranks[still_short++] = r;
-    }
-    short_ranks.resize(still_short);
-  }
-  return out;
-}
-
-Coordinator::StepResult Coordinator::commit_step(const std::vector<std::int64_t>& consumed,
-                                                 const std::vector<int>& dropped) {
-  const int world = ledger_.world_size();
-  if (static_cast<int>(consumed.size()) != world) {
-    throw UsageError("dds: commit_step needs one count per rank: got " + std::to_string(consumed.size()) + " for " +
-                     std::to_string(world) + " ranks");
-  }
-  for (int r : dropped) {
-    if (r < 0 || r >= world) throw UsageError("dds: dropped rank " + std::to_string(r) + " out of range");
-  }
-  // Validate everything before changing anything.
-  for (int r = 0; r < world; ++r) {
-    const std::int64_t c = consumed[static_cast<std::size_t>(r)];
-    const std::int64_t held = ledger_.held(r);
-    if (c < 0 || c > held) {
-      throw Error("dds: rank " + std::to_string(r) + " reports " + std::to_string(c) + " samples consumed but held " +
-                  std::to_string(held) + "; its client and the coordinator disagree");
-    }
-  }
-  std::vector<char>& is_dropped = scratch_dropped_;
-  is_dropped.assign(static_cast<std::size_t>(world), 0);
-  for (int r : dropped) is_dropped[static_cast<std::size_t>(r)] = 1;
+Coordinator::StepResult Coordinator::commit_step(std::int64_t global_batch, std::span<const BatchRange> undone) {
   StepResult result;
   const std::size_t completed_before = ledger_.completed_list().size();
-  for (int r = 0; r < world; ++r) {
-    const std::int64_t c = consumed[static_cast<std::size_t>(r)];
-    // Only commit_step consumes this ledger and it commits (or drops) at once, so a rank that
-    // consumed nothing this step has nothing to count, commit or return.
-    if (c == 0) continue;
-    scratch_runs_.clear();
-    ledger_.consume(r, c, scratch_runs_);
-    if (is_dropped[static_cast<std::size_t>(r)] != 0) {
-      result.returned += ledger_.drop(r);
-      continue;
-    }
-    for (const auto& run : scratch_runs_) count(run);
-    result.committed += ledger_.commit(r);
-  }
+  scratch_pieces_.clear();
+  result.committed = ledger_.commit(global_batch, undone, &scratch_pieces_);  // changes nothing if it throws
+  for (const auto& u : undone) result.carried += u.size();
+  result.pieces = static_cast<std::int64_t>(scratch_pieces_.size());
+  for (const auto& piece : scratch_pieces_) count(piece);
   const auto& completed = ledger_.completed_list();
   for (std::size_t i = completed_before; i < completed.size(); ++i) {
     finish_epoch(completed[i]);
@@ -178,7 +99,7 @@ Coordinator::StepResult Coordinator::commit_step(const std::vector<std::int64_t>
   return result;
 }
 
-void Coordinator::count(const Grant& run) {
+void Coordinator::count(const Piece& run) {
   const std::int64_t n = ledger_.map().dataset_size();
   auto open = std::find_if(open_coverage_.begin(), open_coverage_.end(),
                            [&](const OpenCoverage& c) { return c.epoch == run.epoch; });
@@ -201,8 +122,13 @@ void Coordinator::count(const Grant& run) {
     for (const IndexRange& r : open->restored) (void)mark(open->seen, r.begin, r.end);
     open->restored = {};
   }
+  const ShardMap& map = ledger_.map();
+  if (map.shuffles_within_shard() && run.size() < map.shard_length(run.shard)) {
+    count_part(*open, run);
+    return;
+  }
   scratch_ranges_.clear();
-  ledger_.map().append_index_ranges(run, scratch_ranges_);
+  map.append_index_ranges(run, scratch_ranges_);
   std::int64_t counted = 0;
   for (const IndexRange& range : scratch_ranges_) {
     ANTDT_ASSERT(0 <= range.begin && range.begin < range.end && range.end <= n,
@@ -212,6 +138,47 @@ void Coordinator::count(const Grant& run) {
   }
   ANTDT_ASSERT(counted == run.size(), "ShardMap's index ranges do not hold one index per position");
   open->committed += run.size();
+}
+
+// Adds the piece's positions to its shard's pending parts; any already there are duplicated.
+// When the parts make the whole shard, its index range is marked at once.
+void Coordinator::count_part(OpenCoverage& open, const Piece& piece) {
+  open.committed += piece.size();
+  if (piece.size() == 0) return;
+  auto it = std::find_if(open.pending.begin(), open.pending.end(),
+                         [&](const PendingShard& p) { return p.shard == piece.shard; });
+  if (it == open.pending.end()) {
+    open.pending.push_back(PendingShard{piece.shard, 0, {}});
+    it = open.pending.end() - 1;
+  }
+  // Union of the parts with [begin, end): the overlap is duplicated; touching parts are joined.
+  std::vector<IndexRange>& parts = it->positions;
+  std::vector<IndexRange> joined;
+  joined.reserve(parts.size() + 1);
+  IndexRange add{piece.begin, piece.end};
+  std::int64_t overlap = 0;
+  bool placed = false;
+  for (const IndexRange& p : parts) {
+    if (p.end < add.begin) {
+      joined.push_back(p);
+    } else if (add.end < p.begin) {
+      if (!placed) joined.push_back(add), placed = true;
+      joined.push_back(p);
+    } else {  // overlaps or touches: merge into `add`
+      overlap += std::max<std::int64_t>(0, std::min(p.end, piece.end) - std::max(p.begin, piece.begin));
+      add = IndexRange{std::min(add.begin, p.begin), std::max(add.end, p.end)};
+    }
+  }
+  if (!placed) joined.push_back(add);
+  parts = std::move(joined);
+  open.duplicated += overlap;
+  it->count += piece.size() - overlap;
+  const std::int64_t length = ledger_.map().shard_length(piece.shard);
+  if (it->count == length) {  // the whole shard: all of its indices, once
+    const std::int64_t base = piece.shard * ledger_.map().shard_size();
+    open.duplicated += mark(open.seen, base, base + length);
+    open.pending.erase(it);
+  }
 }
 
 void Coordinator::finish_epoch(std::int64_t epoch) {
@@ -225,12 +192,10 @@ void Coordinator::finish_epoch(std::int64_t epoch) {
   std::int64_t seen = 0;
   for (const std::uint64_t word : open->seen) seen += std::popcount(word);
   for (const IndexRange& r : open->restored) seen += r.end - r.begin;  // never counted since a restore
+  for (const PendingShard& p : open->pending) seen += p.count;         // distinct positions: distinct indices
   coverage_.push_back(EpochCoverage{epoch, open->committed, n - seen, open->duplicated});
   open_coverage_.erase(open);
 }
-
-std::int64_t Coordinator::fail_rank(int rank) { return ledger_.fail_rank(rank); }
-std::int64_t Coordinator::drop(int rank) { return ledger_.drop(rank); }
 
 std::vector<std::byte> Coordinator::serialize() const {
   detail::ByteWriter w;
@@ -248,18 +213,23 @@ std::vector<std::byte> Coordinator::serialize() const {
       if (runs_are_smaller(c.restored.size(), words)) {
         w.put(kCoverageRuns);
         w.put_vector(c.restored);
-        continue;
+      } else {
+        std::vector<std::uint64_t> bits(words, 0);
+        for (const IndexRange& r : c.restored) (void)mark(bits, r.begin, r.end);
+        w.put(kCoverageBitmap);
+        w.put_vector(bits);
       }
-      std::vector<std::uint64_t> bits(words, 0);
-      for (const IndexRange& r : c.restored) (void)mark(bits, r.begin, r.end);
-      w.put(kCoverageBitmap);
-      w.put_vector(bits);
     } else if (const auto runs = runs_of(c.seen)) {
       w.put(kCoverageRuns);
       w.put_vector(*runs);
     } else {
       w.put(kCoverageBitmap);
       w.put_vector(c.seen);
+    }
+    w.put<std::uint64_t>(c.pending.size());
+    for (const auto& p : c.pending) {
+      w.put(p.shard);
+      w.put_vector(p.positions);
     }
   }
   return w.take();
@@ -268,8 +238,9 @@ std::vector<std::byte> Coordinator::serialize() const {
 // The coverage counter's own invariants, so that a corrupt checkpoint cannot make later
 // counting overflow. It is deliberately not compared with the ledger: it exists to catch a
 // ledger (or a replayed checkpoint) that disagrees with it.
-void Coordinator::check_coverage(std::int64_t n, const std::vector<EpochCoverage>& coverage,
+void Coordinator::check_coverage(const ShardMap& map, const std::vector<EpochCoverage>& coverage,
                                  const std::vector<OpenCoverage>& open) {
+  const std::int64_t n = map.dataset_size();
   const auto fail = [](std::int64_t epoch, const std::string& what) {
     throw CheckpointError("DDS coordinator checkpoint: coverage of epoch " + std::to_string(epoch) + ": " + what);
   };
@@ -286,7 +257,7 @@ void Coordinator::check_coverage(std::int64_t n, const std::vector<EpochCoverage
   for (std::size_t i = 0; i < open.size(); ++i) {
     const auto& c = open[i];
     std::int64_t seen = 0;
-    if (!c.seen.empty()) {  // a version-1 bitmap
+    if (!c.seen.empty()) {  // a raw bitmap
       if (c.seen.size() != words_for(n)) fail(c.epoch, "the bitmap does not match the data set size");
       if (n % 64 != 0 && (c.seen.back() >> static_cast<unsigned>(n % 64)) != 0)
         fail(c.epoch, "the bitmap marks indices past the data set");
@@ -303,6 +274,30 @@ void Coordinator::check_coverage(std::int64_t n, const std::vector<EpochCoverage
         previous_end = r.end;
       }
     }
+    // Pending parts: shards of the map, each once, shuffled within, its parts in order, disjoint,
+    // not touching and not the whole shard.
+    for (std::size_t k = 0; k < c.pending.size(); ++k) {
+      const PendingShard& p = c.pending[k];
+      if (!map.shuffles_within_shard() || p.shard < 0 || p.shard >= map.num_shards() || p.positions.empty()) {
+        fail(c.epoch,
+             "a pending shard " + std::to_string(p.shard) + " is not a shard shuffled within, or has no parts");
+      }
+      for (std::size_t j = 0; j < k; ++j) {
+        if (c.pending[j].shard == p.shard) fail(c.epoch, "shard " + std::to_string(p.shard) + " is pending twice");
+      }
+      const std::int64_t length = map.shard_length(p.shard);
+      std::int64_t previous_end = -1, count = 0;
+      for (const IndexRange& r : p.positions) {
+        if (r.begin < 0 || r.begin >= r.end || r.end > length || r.begin <= previous_end) {
+          fail(c.epoch, "a pending part of shard " + std::to_string(p.shard) +
+                            " is empty, outside the shard, or not after the previous part with a gap");
+        }
+        count += r.end - r.begin;
+        previous_end = r.end;
+      }
+      if (count == length) fail(c.epoch, "pending shard " + std::to_string(p.shard) + " is whole");
+      seen += count;
+    }
     if (c.duplicated < 0 || c.duplicated > kMaxCoverageCount || c.committed != seen + c.duplicated) {
       fail(c.epoch, "committed " + std::to_string(c.committed) + " and duplicated " + std::to_string(c.duplicated) +
                         " break committed == " + std::to_string(seen) + " indices covered + duplicated" +
@@ -314,7 +309,7 @@ void Coordinator::check_coverage(std::int64_t n, const std::vector<EpochCoverage
   }
 }
 
-Coordinator Coordinator::restore(std::span<const std::byte> bytes, int world_size, int prefetch_steps) {
+Coordinator Coordinator::restore(std::span<const std::byte> bytes) {
   std::vector<std::byte> ledger_bytes;
   std::vector<EpochCoverage> coverage;
   std::vector<OpenCoverage> open;
@@ -322,10 +317,13 @@ Coordinator Coordinator::restore(std::span<const std::byte> bytes, int world_siz
     detail::ByteReader r(bytes);
     if (r.get<std::uint64_t>() != kCoordinatorMagic) throw CheckpointError("DDS coordinator checkpoint: bad magic");
     const auto version = r.get<std::uint32_t>();
-    if (version != kCoordinatorVersion && version != kCoordinatorBitmapVersion) {
+    if (version != kCoordinatorVersion) {
       throw CheckpointError("DDS coordinator checkpoint version " + std::to_string(version) +
-                            ", this build reads versions " + std::to_string(kCoordinatorBitmapVersion) + " and " +
-                            std::to_string(kCoordinatorVersion));
+                            ", this build reads version " + std::to_string(kCoordinatorVersion) +
+                            (version < kCoordinatorVersion ? " (an older antdt wrote it, which composed steps from "
+                                                             "per-rank grants; resume it with that antdt, or start "
+                                                             "the run afresh)"
+                                                           : std::string()));
     }
     ledger_bytes = r.get_vector<std::byte>();
     coverage = r.get_vector<EpochCoverage>();
@@ -336,7 +334,7 @@ Coordinator Coordinator::restore(std::span<const std::byte> bytes, int world_siz
       c.epoch = r.get<std::int64_t>();
       c.committed = r.get<std::int64_t>();
       c.duplicated = r.get<std::int64_t>();
-      const std::uint8_t encoding = version == kCoordinatorBitmapVersion ? kCoverageBitmap : r.get<std::uint8_t>();
+      const auto encoding = r.get<std::uint8_t>();
       if (encoding == kCoverageBitmap) {
         c.seen = r.get_vector<std::uint64_t>();
         if (c.seen.empty()) throw CheckpointError("DDS coordinator checkpoint: an empty coverage bitmap");
@@ -344,6 +342,14 @@ Coordinator Coordinator::restore(std::span<const std::byte> bytes, int world_siz
         c.restored = r.get_vector<IndexRange>();
       } else {
         throw CheckpointError("DDS coordinator checkpoint: unknown coverage encoding " + std::to_string(encoding));
+      }
+      const auto pending = r.get<std::uint64_t>();
+      if (pending > r.remaining() / 16) throw CheckpointError("DDS coordinator checkpoint: bad pending count");
+      for (std::uint64_t k = 0; k < pending; ++k) {
+        PendingShard p;
+        p.shard = r.get<std::int64_t>();
+        p.positions = r.get_vector<IndexRange>();
+        c.pending.push_back(std::move(p));
       }
       open.push_back(std::move(c));
     }
@@ -353,72 +359,16 @@ Coordinator Coordinator::restore(std::span<const std::byte> bytes, int world_siz
   } catch (const Error& e) {
     throw CheckpointError(std::string("DDS coordinator checkpoint is corrupt or truncated: ") + e.what());
   }
-  Coordinator coordinator(Ledger::restore(ledger_bytes, world_size), prefetch_steps);
-  check_coverage(coordinator.ledger_.map().dataset_size(), coverage, open);
+  Coordinator coordinator(Ledger::restore(ledger_bytes));
+  check_coverage(coordinator.ledger_.map(), coverage, open);
+  for (auto& c : open) {  // the parts are valid now: count them
+    for (auto& p : c.pending) {
+      for (const auto& part : p.positions) p.count += part.end - part.begin;
+    }
+  }
   coordinator.coverage_ = std::move(coverage);
   coordinator.open_coverage_ = std::move(open);
   return coordinator;
-}
-
-// --- Client -----------------------------------------------------------------------------
-
-Client::Client(const LedgerOptions& options) : map_(options) {}
-
-void Client::add(const std::vector<Grant>& grants, int my_rank) {
-  for (const auto& g : grants) {
-    if (g.rank != my_rank) continue;
-    // The grants come off the wire: a run outside this rank's shard map is a corrupt reply.
-    // All are checked before any is added.
-    if (g.epoch < 0 || g.shard < 0 || g.shard >= map_.num_shards() || g.begin < 0 || g.begin > g.end ||
-        g.end > map_.shard_length(g.shard)) {
-      throw Error("dds: grant of epoch " + std::to_string(g.epoch) + ", shard " + std::to_string(g.shard) + ", [" +
-                  std::to_string(g.begin) + ", " + std::to_string(g.end) + ") is outside the data set's " +
-                  std::to_string(map_.num_shards()) + " shards");
-    }
-  }
-  for (const auto& g : grants) {
-    if (g.rank != my_rank || g.size() == 0) continue;
-    grants_.push_back(g);
-    held_ += g.size();
-  }
-}
-
-std::vector<std::int64_t> Client::take(std::int64_t k) {
-  std::vector<std::int64_t> indices = peek(k);
-  // Consume exactly the positions peek listed, front grant first.
-  for (auto n = static_cast<std::int64_t>(indices.size()); n > 0;) {
-    Grant& front = grants_[first_];
-    const std::int64_t used = std::min(n, front.size());
-    front.begin += used;
-    held_ -= used;
-    n -= used;
-    if (front.begin == front.end) ++first_;
-  }
-  if (first_ == grants_.size()) {
-    clear();
-  } else if (2 * first_ >= grants_.size()) {
-    grants_.erase(grants_.begin(), grants_.begin() + static_cast<std::ptrdiff_t>(first_));
-    first_ = 0;
-  }
-  return indices;
-}
-
-std::vector<std::int64_t> Client::peek(std::int64_t k) const {
-  if (k < 0) throw UsageError("dds: Client: a count of positions must be >= 0, got " + std::to_string(k));
-  std::vector<std::int64_t> indices;
-  indices.reserve(static_cast<std::size_t>(std::min(k, held_)));
-  for (auto g = grants_.begin() + static_cast<std::ptrdiff_t>(first_); k > 0 && g != grants_.end(); ++g) {
-    const std::int64_t n = std::min(k, g->size());
-    map_.append_indices(Grant{g->epoch, g->shard, g->begin, g->begin + n, g->rank}, indices);
-    k -= n;
-  }
-  return indices;
-}
-
-void Client::clear() {
-  grants_.clear();
-  first_ = 0;
-  held_ = 0;
 }
 
 }  // namespace antdt::dds

@@ -1,27 +1,29 @@
-// Dynamic data sharding (DDS): rank 0 hands out the data set as index-range pieces of
-// shards, at fine granularity, so fast ranks take more, and every piece has a state so the
-// job knows exactly what was trained on. Exactly once per epoch (docs/dds.md):
+// Dynamic data sharding (DDS): a step's global batch is fixed by the data order alone, and the
+// job knows exactly what was trained on (docs/dds.md).
 //
-//   In every epoch each sample index is committed exactly once. A range is committed only
-//   after the reduction of the step that used it. When a rank fails, is dropped as a backup,
-//   or the job restarts, only the uncommitted tails go back to TODO.
-//   Identity for every open epoch, after every operation: done + doing_remaining + todo == N.
+//   The order. N samples are cut into S = ceil(N / shard_size) shards; shard s holds the
+//   indices [s*shard_size, min(N, (s+1)*shard_size)). Each epoch visits the shards in its own
+//   seeded order and the samples of each shard in its own seeded order. The epochs follow one
+//   another in one STREAM of positions: epoch e is the stream positions [e*N, (e+1)*N).
 //
-// Everything here is pure C++ (no MPI): the Ledger is the state machine, the Coordinator is
-// rank 0's service logic on top of it, and the Client is every rank's mirror of its own
-// grants. The step protocol (docs/protocol.md) carries them over MPI.
+//   The steps. Step t trains on the next B positions of the stream, [t*B, (t+1)*B) while no
+//   step has left positions undone. The plan only divides them: rank i trains on the
+//   contiguous slice [sum_{j<i} b_j, sum_{j<=i} b_j) of the step's batch. So the samples of
+//   every step depend on the data, the seed and B, and never on the policy, the plan, the
+//   world size or the timing. Positions a step did not train (a deadline pool's slowed rank)
+//   are carried: they come first in the next step's batch, in the order they were left.
 //
-// Position space: N samples are cut into S = ceil(N / shard_size) shards; shard s holds the
-// indices [s*shard_size, min(N, (s+1)*shard_size)). Each epoch visits the shards in its own
-// order and, optionally, the samples of a shard in its own order. All bookkeeping is in
-// positions (epoch, shard, [begin,end) in that shard's order); ShardMap turns positions into
-// sample indices. It is a bijection, so exactly once in positions is exactly once in indices.
+//   Exactly once per epoch. Every position of the stream is committed once, after the
+//   reduction of the step that trained it; an independent coverage counter checks each epoch's
+//   indices. Identity for every open epoch, between steps: todo + done == N.
+//
+// Everything here is pure C++ (no MPI, no clock): the Ledger is rank 0's state, the
+// Coordinator adds the coverage counter, and every rank mirrors the StepStream (where the next
+// batch comes from) to compute its own samples for any step without asking rank 0.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <deque>
-#include <optional>
 #include <span>
 #include <vector>
 
@@ -29,11 +31,11 @@ namespace antdt::dds {
 
 struct LedgerOptions {
   std::int64_t dataset_size = 0;  // 1 <= N <= kMaxDatasetSize
-  std::int64_t shard_size = 0;    // 0: default_shard_size(N, kDefaultMicroBatch)
+  std::int64_t shard_size = 0;    // 0: default_shard_size(N, kDefaultBatch)
   std::uint64_t seed = 0;
-  bool shuffle_shards = true;         // each epoch visits the shards in its own seeded order
-  bool shuffle_within_shard = false;  // each (epoch, shard) has its own seeded sample order
-  std::int64_t max_epochs = 0;        // 0 = unlimited; otherwise no epoch >= max_epochs is opened
+  bool shuffle_shards = true;        // each epoch visits the shards in its own seeded order
+  bool shuffle_within_shard = true;  // each (epoch, shard) has its own seeded sample order
+  std::int64_t max_epochs = 0;       // 0 = unlimited; otherwise the stream ends after max_epochs * N
 };
 
 // The largest data set (samples) a ledger accepts: 2^36, about 6.9e10. It keeps every
@@ -41,24 +43,26 @@ struct LedgerOptions {
 // per sample per open epoch, 8 GiB at the limit), so a corrupt checkpoint cannot ask for more.
 inline constexpr std::int64_t kMaxDatasetSize = std::int64_t{1} << 36;
 
-// The micro-batch assumed when LedgerOptions::shard_size is 0. The Session passes its real
-// micro-batch through default_shard_size instead.
-inline constexpr std::int64_t kDefaultMicroBatch = 32;
+// The end of an unlimited stream: far from overflow, never reached (2^62 positions).
+inline constexpr std::int64_t kMaxStreamPosition = std::int64_t{1} << 62;
 
-// About 10 typical micro-batches, at least 1, at most N: large enough that a rank touches
-// rank 0 rarely, small enough that fast ranks can take more. Throws UsageError for N < 1.
-[[nodiscard]] std::int64_t default_shard_size(std::int64_t dataset_size, std::int64_t typical_micro_batch);
+// The global batch assumed when LedgerOptions::shard_size is 0. The Session passes its B.
+inline constexpr std::int64_t kDefaultBatch = 256;
 
-// A run of positions handed to (or consumed by) one rank, in order of consumption.
-struct Grant {
+// About 10 global batches, at least 1, at most N: a step reads from one shard or two, and the
+// within-shard shuffle mixes ten steps' worth of samples. Independent of the world size, so
+// that the order (and every step's samples) is too. Throws UsageError for N < 1.
+[[nodiscard]] std::int64_t default_shard_size(std::int64_t dataset_size, std::int64_t global_batch);
+
+// A run of positions of one shard in one epoch: [begin, end) in that shard's order.
+struct Piece {
   std::int64_t epoch = 0;
   std::int64_t shard = 0;
-  std::int64_t begin = 0;  // positions in the shard's order for this epoch, [begin, end)
+  std::int64_t begin = 0;
   std::int64_t end = 0;
-  std::int32_t rank = 0;
 
   [[nodiscard]] std::int64_t size() const noexcept { return end - begin; }
-  friend bool operator==(const Grant&, const Grant&) = default;
+  friend bool operator==(const Piece&, const Piece&) = default;
 };
 
 // Sample indices [begin, end), consecutive.
@@ -68,9 +72,48 @@ struct IndexRange {
   friend bool operator==(const IndexRange&, const IndexRange&) = default;
 };
 
-// Pure function of LedgerOptions: shard geometry and the per-epoch orders. The orders come
-// from a keyed Feistel permutation (cycle-walked to the exact domain), so any position maps
-// to its index in O(1) without storing a permutation. Throws UsageError on bad options.
+// Stream positions [begin, end): epoch e holds [e*N, (e+1)*N).
+struct StreamRange {
+  std::int64_t begin = 0;
+  std::int64_t end = 0;
+
+  [[nodiscard]] std::int64_t size() const noexcept { return end - begin; }
+  friend bool operator==(const StreamRange&, const StreamRange&) = default;
+  template <class Self, class F>
+  static void fields(Self& m, F&& f) {  // its checkpoint form (core/blob_fields.hpp)
+    f(m.begin), f(m.end);
+  }
+};
+
+// Offsets [begin, end) into one step's batch (0 is its first position): a rank's slice, a
+// chunk, a part the step did not train.
+struct BatchRange {
+  std::int64_t begin = 0;
+  std::int64_t end = 0;
+
+  [[nodiscard]] std::int64_t size() const noexcept { return end - begin; }
+  friend bool operator==(const BatchRange&, const BatchRange&) = default;
+};
+
+// The positions one step trains on, in the order its slices are cut: the carried ranges first,
+// then one run from the stream's cursor. Usually one range.
+struct StepBatch {
+  std::vector<StreamRange> ranges;
+
+  [[nodiscard]] std::int64_t size() const noexcept;
+  // Appends the stream ranges of the batch's offsets [from, to) (clipped to the batch), in order.
+  void slice(std::int64_t from, std::int64_t to, std::vector<StreamRange>& out) const;
+  friend bool operator==(const StepBatch&, const StepBatch&) = default;
+};
+
+// Rank `rank`'s slice of a batch of `batch_size` positions under shares b_0..b_{P-1}: offsets
+// [sum_{j<rank} b_j, sum_{j<=rank} b_j), clipped to the batch (a short final step gives the
+// last ranks less, or nothing). Empty for a rank outside the shares.
+[[nodiscard]] BatchRange share_of(std::span<const std::int64_t> shares, int rank, std::int64_t batch_size);
+
+// Pure function of LedgerOptions: shard geometry, the per-epoch orders, and the stream. The
+// orders come from a keyed Feistel permutation (cycle-walked to the exact domain), so any
+// position maps to its index in O(1) without storing a permutation. UsageError on bad options.
 class ShardMap {
  public:
   explicit ShardMap(const LedgerOptions& options);
@@ -78,6 +121,7 @@ class ShardMap {
   [[nodiscard]] std::int64_t dataset_size() const noexcept { return dataset_size_; }
   [[nodiscard]] std::int64_t shard_size() const noexcept { return shard_size_; }
   [[nodiscard]] std::int64_t num_shards() const noexcept { return num_shards_; }
+  [[nodiscard]] bool shuffles_within_shard() const noexcept { return shuffle_within_shard_; }
   [[nodiscard]] std::int64_t shard_length(std::int64_t shard) const;
   // The shard visited `order`-th in `epoch`.
   [[nodiscard]] std::int64_t shard_at(std::int64_t epoch, std::int64_t order) const;
@@ -85,15 +129,35 @@ class ShardMap {
   [[nodiscard]] std::int64_t order_of(std::int64_t epoch, std::int64_t shard) const;
   // The sample index at `position` of `shard` in `epoch`.
   [[nodiscard]] std::int64_t sample_index(std::int64_t epoch, std::int64_t shard, std::int64_t position) const;
-  // Appends the indices of every position of `run`, in order.
-  void append_indices(const Grant& run, std::vector<std::int64_t>& out) const;
-  // Appends disjoint ranges that together hold exactly the indices of `run`, each once (not in
-  // position order). A run of a shard not shuffled within, or a whole shard (its order is a
+  // The piece that holds stream position `position`: its epoch, its shard, and the positions
+  // from there to the end of that shard, or to `limit` (a stream position) if that is sooner.
+  [[nodiscard]] Piece piece_at(std::int64_t position, std::int64_t limit) const;
+  // The sample index at a stream position.
+  [[nodiscard]] std::int64_t index_at(std::int64_t position) const;
+  // Calls f(piece) for the pieces of `range`, in stream order: one per shard it touches.
+  template <class F>
+  void for_each_piece(StreamRange range, F&& f) const {
+    for (std::int64_t p = range.begin; p < range.end;) {
+      const Piece piece = piece_at(p, range.end);
+      f(piece);
+      p += piece.size();
+    }
+  }
+  // Appends the indices of every position of `piece`, in order.
+  void append_indices(const Piece& piece, std::vector<std::int64_t>& out) const;
+  // Appends the indices of the stream positions of `range`, in order.
+  void append_indices(StreamRange range, std::vector<std::int64_t>& out) const;
+  // The indices of offsets [from, to) of `batch` (a rank's slice or a chunk), in order.
+  [[nodiscard]] std::vector<std::int64_t> indices(const StepBatch& batch, std::int64_t from, std::int64_t to) const;
+  // Appends disjoint ranges that together hold exactly the indices of `piece`, each once (not in
+  // position order). A piece of a shard not shuffled within, or a whole shard (its order is a
   // bijection onto the shard's range), is one range; a part of a shuffled shard is one range
-  // per index. Counting by ranges is what lets the coverage counter keep up with 10^5 ranks.
-  void append_index_ranges(const Grant& run, std::vector<IndexRange>& out) const;
+  // per index. Counting by ranges is what lets the coverage counter keep up.
+  void append_index_ranges(const Piece& piece, std::vector<IndexRange>& out) const;
 
  private:
+  void check_piece(const Piece& piece) const;
+
   std::int64_t dataset_size_;
   std::int64_t shard_size_;
   std::int64_t num_shards_;
@@ -102,136 +166,133 @@ class ShardMap {
   bool shuffle_within_shard_;
 };
 
-// The authoritative state machine. A piece of a shard is TODO, DOING (owner, consumed and
-// committed offsets) or DONE. Epochs overlap: when the open epochs have no TODO left,
-// acquire opens the next epoch, so no rank starves at an epoch boundary.
-// Not thread-safe; rank 0 owns it. Rank arguments outside [0, world_size) throw UsageError.
+// Where the next step's batch comes from: a cursor into the stream and the ranges carried
+// from steps that did not train all of their batch (served first, in order). Pure and small:
+// rank 0's Ledger and every rank's Agent each keep one and advance it alike, so every rank
+// knows every coming batch without a message, unless a step carries positions (then the
+// step's reply says which).
+class StepStream {
+ public:
+  StepStream() = default;
+  // UsageError on a data set size outside [1, kMaxDatasetSize] or max_epochs < 0.
+  StepStream(std::int64_t dataset_size, std::int64_t max_epochs);
+  // A stream restored where it stood. UsageError on a cursor outside [0, end()] or carried
+  // ranges that are empty, overlap, or are not below the cursor.
+  StepStream(std::int64_t dataset_size, std::int64_t max_epochs, std::int64_t cursor, std::vector<StreamRange> carried);
+
+  // The next batch of up to `global_batch` (>= 1) positions: the carried ranges first, then
+  // from the cursor; fewer only where the stream ends (max_epochs).
+  [[nodiscard]] StepBatch next(std::int64_t global_batch) const;
+  // Moves past `batch` (the last next()), except its offsets `undone` (ascending, disjoint,
+  // inside the batch), which go to the front of the carried ranges, in order. UsageError on an
+  // undone list that is not so, or a batch that is not next(batch.size()).
+  void advance(const StepBatch& batch, std::span<const BatchRange> undone = {});
+
+  [[nodiscard]] std::int64_t dataset_size() const noexcept { return dataset_size_; }
+  [[nodiscard]] std::int64_t cursor() const noexcept { return cursor_; }
+  [[nodiscard]] const std::vector<StreamRange>& carried() const noexcept { return carried_; }
+  [[nodiscard]] std::int64_t carried_positions() const noexcept { return carried_positions_; }
+  // The first position the stream does not hold: max_epochs * N, or kMaxStreamPosition.
+  [[nodiscard]] std::int64_t end() const noexcept { return end_; }
+  [[nodiscard]] std::int64_t max_epochs() const noexcept { return max_epochs_; }
+  // Nothing left: the cursor is at the end and nothing is carried.
+  [[nodiscard]] bool exhausted() const noexcept { return cursor_ == end_ && carried_.empty(); }
+  // Epochs the cursor has entered (started): ceil(cursor / N).
+  [[nodiscard]] std::int64_t started_epochs() const noexcept;
+  // Where the stream ends. 0 is unlimited; otherwise it must not be below started_epochs()
+  // (UsageError).
+  void set_max_epochs(std::int64_t max_epochs);
+
+ private:
+  std::int64_t dataset_size_ = 1;
+  std::int64_t max_epochs_ = 0;
+  std::int64_t end_ = kMaxStreamPosition;
+  std::int64_t cursor_ = 0;
+  std::vector<StreamRange> carried_;
+  std::int64_t carried_positions_ = 0;
+};
+
+// The authoritative state, rank 0's: the stream, and what every open epoch has committed.
+// A position is TODO (at or after the cursor, or carried) or DONE; between steps nothing else.
+// Not thread-safe.
 class Ledger {
  public:
-  Ledger(const LedgerOptions& options, int world_size);
+  explicit Ledger(const LedgerOptions& options);
 
-  // Next TODO piece for `rank` -> DOING(rank). Order: the rank's own tails restored from a
-  // checkpoint (see restore), then the lowest open epoch's TODO (returned tails first, then
-  // shards in the epoch's order), then tails reserved for other ranks, then a new epoch.
-  // nullopt when nothing is left (max_epochs reached).
-  // `max_positions` > 0 caps the grant: a longer TODO piece is split and its remainder stays
-  // first in line, so the next grant continues the same shard. Reserved tails are not split.
-  std::optional<Grant> acquire(int rank, std::int64_t max_positions = 0);
-  // The next k positions of the rank's DOING pieces, in acquisition order; runs may span
-  // pieces; fewer if the rank holds fewer.
-  std::vector<Grant> consume(int rank, std::int64_t k);
-  // The same, appending the runs to `runs` (no allocation once `runs` has grown).
-  void consume(int rank, std::int64_t k, std::vector<Grant>& runs);
-  // Everything the rank consumed and has not committed becomes DONE. Returns the count.
-  std::int64_t commit(int rank);
-  // The uncommitted tails of every piece the rank holds (consumed or not) -> TODO, at the
-  // front of their epoch's TODO order. Returns the count.
-  std::int64_t fail_rank(int rank);
-  // A backup's step is dropped: its consumed-uncommitted positions -> TODO; the rank keeps
-  // its unconsumed remainder. Returns the count.
-  std::int64_t drop(int rank);
-  // Unconsumed positions the rank holds. O(1): a running count, which check_identity recounts.
-  [[nodiscard]] std::int64_t held(int rank) const;
-  // TODO positions restore reserved for `rank` (its own tails); acquire serves them first.
-  [[nodiscard]] std::int64_t reserved(int rank) const;
-  // Whether any tail is still reserved for `rank`. O(1).
-  [[nodiscard]] bool has_reserved(int rank) const;
+  // The next step's batch of up to `global_batch` positions (StepStream::next).
+  [[nodiscard]] StepBatch next_batch(std::int64_t global_batch) const { return stream_.next(global_batch); }
+  // The step trained next_batch(global_batch) except its offsets `undone` (carried to later
+  // steps, StepStream::advance): every other position becomes DONE, after the step's
+  // reduction. `committed` (optional) gets the committed pieces. Returns the count committed.
+  // UsageError, changing nothing, on a bad undone list.
+  std::int64_t commit(std::int64_t global_batch, std::span<const BatchRange> undone = {},
+                      std::vector<Piece>* committed = nullptr);
 
   struct EpochCounts {
-    std::int64_t epoch, todo, doing_remaining, done;
+    std::int64_t epoch, todo, done;
     friend bool operator==(const EpochCounts&, const EpochCounts&) = default;
   };
   // One entry per open (started, not complete) epoch, lowest first.
   [[nodiscard]] std::vector<EpochCounts> counts() const;
-  // Recounts every open epoch from the pieces themselves (independently of the running
-  // counters) and throws antdt::Error naming the epoch if todo + doing + done != N, or a rank
-  // whose held() disagrees with its pieces. One pass over every piece: O(pieces + ranks).
+  // Recounts every open epoch's TODO from the stream (positions at or after the cursor, and
+  // carried) and throws antdt::Error naming the epoch if todo + done != N, if a carried
+  // position lies in an epoch that is not open, or if a complete epoch is not wholly behind the
+  // cursor; and if the open and complete epochs are not the epochs started.
   void check_identity() const;
   [[nodiscard]] std::int64_t current_epoch() const;  // lowest epoch not yet complete
   [[nodiscard]] std::int64_t completed_epochs() const noexcept { return static_cast<std::int64_t>(completed_.size()); }
   // Epoch numbers in the order they completed (epochs can complete out of order).
   [[nodiscard]] const std::vector<std::int64_t>& completed_list() const noexcept { return completed_; }
-  [[nodiscard]] bool exhausted() const;  // max_epochs reached and nothing TODO/DOING
-  // Changes where the ledger stops (a resumed run may train for more epochs, or fewer). 0 is
-  // unlimited; otherwise it must not be below the epochs already opened (UsageError).
+  [[nodiscard]] bool exhausted() const { return stream_.exhausted(); }  // max_epochs reached, all DONE
+  // Changes where the stream ends (a resumed run may train for more epochs, or fewer).
   void set_max_epochs(std::int64_t max_epochs);
-  [[nodiscard]] int world_size() const noexcept { return world_size_; }
+  [[nodiscard]] const StepStream& stream() const noexcept { return stream_; }
   [[nodiscard]] const ShardMap& map() const noexcept { return map_; }
   [[nodiscard]] const LedgerOptions& options() const noexcept { return options_; }
 
-  // The exact state, versioned.
+  // The exact state (between steps), versioned: tens of bytes plus 16 per carried range.
   [[nodiscard]] std::vector<std::byte> serialize() const;
-  // Rebuilds a ledger for `world_size` ranks. DOING tails (uncommitted) come back as TODO,
-  // at the FRONT of the TODO order. On the same world size each tail stays reserved for
-  // its previous owner (acquire hands it back to that rank first, in the old order); on
-  // another world size they are free. Throws CheckpointError on bad bytes.
-  static Ledger restore(std::span<const std::byte> bytes, int world_size);
+  // Any world size: the state holds no rank. CheckpointError on bad bytes.
+  static Ledger restore(std::span<const std::byte> bytes);
 
  private:
-  struct Piece {  // a DOING piece: [committed, end) uncommitted, [consumed, end) unconsumed
-    std::int64_t epoch, shard, committed, consumed, end;
-  };
-  struct TodoPiece {
-    std::int64_t shard, begin, end;
-  };
-  struct Reserved {  // a TODO tail reserved for its previous owner
-    std::int64_t epoch, shard, begin, end;
-  };
-  struct Epoch {
+  struct OpenEpoch {
     std::int64_t epoch = 0;
-    std::int64_t next_order = 0;     // shards before this order were already handed out
-    std::deque<TodoPiece> returned;  // tails back in TODO, served before new shards
-    std::int64_t todo = 0, doing = 0, done = 0;
+    std::int64_t done = 0;
+    template <class Self, class F>
+    static void fields(Self& m, F&& f) {
+      f(m.epoch), f(m.done);
+    }
   };
-
-  void check_rank(int rank, const char* what) const;
-  Epoch& epoch_state(std::int64_t epoch);
-  Epoch* find_epoch(std::int64_t epoch);
-  Grant take_piece(int rank, Epoch& e, std::int64_t max_positions);
-  Grant hand_out(int rank, std::int64_t epoch, std::int64_t shard, std::int64_t begin, std::int64_t end);
-  void return_tails(std::vector<Reserved> tails);
+  struct Saved;
+  OpenEpoch& open_epoch(std::int64_t epoch);
   void close_complete_epochs();
 
-  // Per-rank lists are vectors, not deques: a libstdc++ deque allocates about 600 bytes even
-  // when empty, 120 MB for the two lists of 100,000 ranks, and most lists hold 1 to 3 pieces.
   LedgerOptions options_;
   ShardMap map_;
-  int world_size_;
-  std::int64_t next_epoch_ = 0;                  // the next epoch acquire may open
-  std::deque<Epoch> open_;                       // open epochs, ascending
-  std::vector<std::vector<Piece>> doing_;        // per rank, in acquisition order
-  std::vector<std::vector<Reserved>> reserved_;  // per rank, restored tails, the NEXT ONE LAST (old order reversed)
-  std::vector<std::int64_t> held_;               // per rank: unconsumed positions of its DOING pieces
-  std::int64_t reserved_pieces_ = 0;             // reserved tails over all ranks
+  StepStream stream_;
+  std::vector<OpenEpoch> open_;  // ascending
   std::vector<std::int64_t> completed_;
+  std::vector<Piece> scratch_;
 };
 
 // Rank 0's service logic: a Ledger plus an independent coverage counter. Pure.
 class Coordinator {
  public:
-  Coordinator(const LedgerOptions& options, int world_size, int prefetch_steps = 2);
+  explicit Coordinator(const LedgerOptions& options);
 
-  // Tops up every rank r until held(r) >= prefetch_steps * demand[r] (demand: its samples
-  // per step under the plan that will be in force), one piece at a time, lowest rank first.
-  // Before that, each rank gets back all tails reserved for it by restore, in their old
-  // order, so a run resumed on the same world size consumes exactly what the uninterrupted
-  // run would have. Returns the new grants of all ranks. UsageError on a bad demand vector.
-  std::vector<Grant> grant(const std::vector<std::int64_t>& demand);
+  [[nodiscard]] StepBatch next_batch(std::int64_t global_batch) const { return ledger_.next_batch(global_batch); }
 
   struct StepResult {
     std::int64_t committed = 0;                  // positions committed this step
-    std::int64_t returned = 0;                   // positions of dropped ranks sent back to TODO
+    std::int64_t carried = 0;                    // positions left undone, carried to later steps
+    std::int64_t pieces = 0;                     // pieces committed (one per shard touched)
     std::vector<std::int64_t> completed_epochs;  // epochs that became complete
   };
-  // Mirrors what every rank consumed this step (consumed[r]: samples rank r used, reported
-  // in the step's control collective) and commits it, after the step's reduction. Ranks in
-  // `dropped` (backups whose work was not used) have their consumption returned to TODO
-  // instead. Feeds the coverage counter with the committed indices and checks the identity.
-  // Throws antdt::Error, changing nothing, if a rank reports more than it held.
-  StepResult commit_step(const std::vector<std::int64_t>& consumed, const std::vector<int>& dropped = {});
-  std::int64_t fail_rank(int rank);
-  // Ledger::drop between steps (commit_step with `dropped` is the usual path).
-  std::int64_t drop(int rank);
+  // Commits the step that trained next_batch(global_batch) except `undone` (Ledger::commit),
+  // after the step's reduction. Feeds the coverage counter with the committed indices and
+  // checks the identity. UsageError, changing nothing, on a bad undone list.
+  StepResult commit_step(std::int64_t global_batch, std::span<const BatchRange> undone = {});
 
   // Counted independently of the ledger: per completed epoch, indices committed 0 times
   // (missing) and extra times (duplicated). Both must be 0. A commit that arrives for an
@@ -243,14 +304,22 @@ class Coordinator {
   [[nodiscard]] const std::vector<EpochCoverage>& coverage() const noexcept { return coverage_; }
   [[nodiscard]] const Ledger& ledger() const noexcept { return ledger_; }
   void set_max_epochs(std::int64_t max_epochs) { ledger_.set_max_epochs(max_epochs); }
-  [[nodiscard]] int prefetch_steps() const noexcept { return prefetch_steps_; }
 
   // Ledger + coverage of completed epochs + coverage of open epochs, each bitmap as its runs of
-  // set bits or raw, whichever is smaller (version 2; version 1, always raw, is still read).
+  // set bits or raw, whichever is smaller.
   [[nodiscard]] std::vector<std::byte> serialize() const;
-  static Coordinator restore(std::span<const std::byte> bytes, int world_size, int prefetch_steps = 2);
+  static Coordinator restore(std::span<const std::byte> bytes);
 
  private:
+  // A shard shuffled within whose positions are committed in parts (a step's batch ends inside
+  // it): the parts wait here, as positions, until they make the whole shard, whose indices are
+  // then one range (its order is a bijection onto it). Marking each index of a part would cost
+  // a permutation and a bit per sample, every step; this costs one interval per part.
+  struct PendingShard {
+    std::int64_t shard = 0;
+    std::int64_t count = 0;             // positions held
+    std::vector<IndexRange> positions;  // in the shard's order: sorted, disjoint, not adjacent
+  };
   struct OpenCoverage {
     std::int64_t epoch = 0;
     std::int64_t committed = 0;
@@ -259,51 +328,25 @@ class Coordinator {
     // checkpoint's runs of set bits wait in `restored`, so restore costs what the checkpoint
     // holds, not N/8 bytes per epoch, and saving again costs no scan of a bitmap.
     std::vector<std::uint64_t> seen;
-    std::vector<IndexRange> restored;  // sorted, disjoint, not adjacent; only while `seen` is empty
+    std::vector<IndexRange> restored;   // sorted, disjoint, not adjacent; only while `seen` is empty
+    std::vector<PendingShard> pending;  // shards committed in part; their indices are not in `seen`
   };
   // The most duplicated commits one epoch's coverage may record (2^62): its counters cannot
   // overflow, and a checkpoint claiming more is corrupt.
   static constexpr std::int64_t kMaxCoverageCount = std::int64_t{1} << 62;
-  Coordinator(Ledger ledger, int prefetch_steps);
-  static void check_coverage(std::int64_t dataset_size, const std::vector<EpochCoverage>& coverage,
+  explicit Coordinator(Ledger ledger);
+  static void check_coverage(const ShardMap& map, const std::vector<EpochCoverage>& coverage,
                              const std::vector<OpenCoverage>& open);
-  void count(const Grant& run);
+  void count(const Piece& piece);
+  void count_part(OpenCoverage& open, const Piece& piece);
   void finish_epoch(std::int64_t epoch);
 
   Ledger ledger_;
-  int prefetch_steps_;
   std::vector<EpochCoverage> coverage_;
   std::vector<OpenCoverage> open_coverage_;
-  // Reused every step, so that a step allocates nothing in proportion to the ranks.
-  std::vector<Grant> scratch_runs_;
+  // Reused every step.
+  std::vector<Piece> scratch_pieces_;
   std::vector<IndexRange> scratch_ranges_;
-  std::vector<int> scratch_ranks_;
-  std::vector<char> scratch_dropped_;
-};
-
-// One rank's mirror of its own grants. It consumes exactly as Ledger::consume does for that
-// rank, so the indices take() returns are the ones the Coordinator will commit.
-class Client {
- public:
-  explicit Client(const LedgerOptions& options);
-  // Keeps only the grants for my_rank, in order. Throws antdt::Error, adding nothing, if one
-  // of them is outside the data set (a corrupt control reply).
-  void add(const std::vector<Grant>& grants, int my_rank);
-  // Sample indices of the next k positions (fewer if it holds fewer).
-  std::vector<std::int64_t> take(std::int64_t k);
-  // What take(k) would return now, without taking it (a read-ahead's guess of a later step).
-  [[nodiscard]] std::vector<std::int64_t> peek(std::int64_t k) const;
-  [[nodiscard]] std::int64_t held() const noexcept { return held_; }
-  void clear();
-
- private:
-  ShardMap map_;
-  // Grants not yet used up are grants_[first_, end): the first one's begin advances as positions
-  // are taken. A vector rather than a deque (whose empty size, ~600 B, is 60 MB over the
-  // Clients of 100,000 simulated ranks); the used prefix is dropped once it is half the vector.
-  std::vector<Grant> grants_;
-  std::size_t first_ = 0;
-  std::int64_t held_ = 0;
 };
 
 }  // namespace antdt::dds

@@ -9,6 +9,7 @@
 // client and the tests compute the same index without sharing or storing a permutation.
 // The round function is splitmix64's finaliser, which is fully specified (unlike
 // std::uniform_int_distribution), so orders are identical on every platform and compiler.
+#include <algorithm>
 #include <bit>
 #include <string>
 
@@ -86,10 +87,34 @@ std::uint64_t within_key(std::uint64_t seed, std::int64_t epoch, std::int64_t sh
 
 }  // namespace
 
-std::int64_t default_shard_size(std::int64_t dataset_size, std::int64_t typical_micro_batch) {
+std::int64_t default_shard_size(std::int64_t dataset_size, std::int64_t global_batch) {
   if (dataset_size < 1) throw UsageError("dds: dataset size must be at least 1, got " + std::to_string(dataset_size));
-  const std::int64_t micro = typical_micro_batch < 1 ? 1 : typical_micro_batch;
-  return micro > dataset_size / 10 ? dataset_size : 10 * micro;  // 10 * micro may overflow
+  const std::int64_t batch = global_batch < 1 ? 1 : global_batch;
+  return batch > dataset_size / 10 ? dataset_size : 10 * batch;  // 10 * batch may overflow
+}
+
+std::int64_t StepBatch::size() const noexcept {
+  std::int64_t n = 0;
+  for (const auto& r : ranges) n += r.size();
+  return n;
+}
+
+void StepBatch::slice(std::int64_t from, std::int64_t to, std::vector<StreamRange>& out) const {
+  std::int64_t at = 0;  // the batch offset where the current range starts
+  for (const auto& r : ranges) {
+    if (at >= to) break;
+    const std::int64_t b = std::max(from, at), e = std::min(to, at + r.size());
+    if (b < e) out.push_back(StreamRange{r.begin + (b - at), r.begin + (e - at)});
+    at += r.size();
+  }
+}
+
+BatchRange share_of(std::span<const std::int64_t> shares, int rank, std::int64_t batch_size) {
+  if (rank < 0 || static_cast<std::size_t>(rank) >= shares.size()) return {};
+  std::int64_t begin = 0;
+  for (int j = 0; j < rank; ++j) begin += shares[static_cast<std::size_t>(j)];
+  const std::int64_t end = begin + shares[static_cast<std::size_t>(rank)];
+  return BatchRange{std::clamp<std::int64_t>(begin, 0, batch_size), std::clamp<std::int64_t>(end, 0, batch_size)};
 }
 
 ShardMap::ShardMap(const LedgerOptions& options)
@@ -112,7 +137,7 @@ ShardMap::ShardMap(const LedgerOptions& options)
   if (options.max_epochs < 0) {
     throw UsageError("dds: max_epochs must be >= 0 (0 = unlimited), got " + std::to_string(options.max_epochs));
   }
-  if (shard_size_ == 0) shard_size_ = default_shard_size(dataset_size_, kDefaultMicroBatch);
+  if (shard_size_ == 0) shard_size_ = default_shard_size(dataset_size_, kDefaultBatch);
   if (shard_size_ > dataset_size_) shard_size_ = dataset_size_;
   num_shards_ = dataset_size_ / shard_size_ + (dataset_size_ % shard_size_ != 0 ? 1 : 0);
 }
@@ -149,28 +174,76 @@ std::int64_t ShardMap::sample_index(std::int64_t epoch, std::int64_t shard, std:
   return base + Feistel(length, within_key(seed_, epoch, shard)).forward(position);
 }
 
-void ShardMap::append_indices(const Grant& run, std::vector<std::int64_t>& out) const {
-  const std::int64_t length = shard_length(run.shard);
-  if (run.begin < 0 || run.end > length || run.begin > run.end) {
-    throw UsageError("dds: run [" + std::to_string(run.begin) + ", " + std::to_string(run.end) +
-                     ") out of range for shard " + std::to_string(run.shard));
+Piece ShardMap::piece_at(std::int64_t position, std::int64_t limit) const {
+  if (position < 0 || position >= limit) {
+    throw UsageError("dds: stream position " + std::to_string(position) + " is not before the limit " +
+                     std::to_string(limit));
   }
+  const std::int64_t epoch = position / dataset_size_, offset = position % dataset_size_;
+  const std::int64_t size = shard_size_, last = num_shards_ - 1, last_length = shard_length(last);
+  std::int64_t order = 0, at = 0;  // the shard's place in the epoch's order, and the position in it
+  if (last_length == size) {
+    order = offset / size;
+    at = offset % size;
+  } else {
+    // Every shard has shard_size positions but the last, which comes `short_order`-th.
+    const std::int64_t short_order = order_of(epoch, last), before = short_order * size;
+    if (offset < before) {
+      order = offset / size;
+      at = offset % size;
+    } else if (offset < before + last_length) {
+      order = short_order;
+      at = offset - before;
+    } else {
+      const std::int64_t rest = offset - before - last_length;
+      order = short_order + 1 + rest / size;
+      at = rest % size;
+    }
+  }
+  const std::int64_t shard = shard_at(epoch, order);
+  return Piece{epoch, shard, at, std::min(shard_length(shard), at + (limit - position))};
+}
+
+std::int64_t ShardMap::index_at(std::int64_t position) const {
+  const Piece p = piece_at(position, position + 1);
+  return sample_index(p.epoch, p.shard, p.begin);
+}
+
+void ShardMap::append_indices(StreamRange range, std::vector<std::int64_t>& out) const {
+  for_each_piece(range, [&](const Piece& piece) { append_indices(piece, out); });
+}
+
+std::vector<std::int64_t> ShardMap::indices(const StepBatch& batch, std::int64_t from, std::int64_t to) const {
+  std::vector<StreamRange> ranges;
+  batch.slice(from, to, ranges);
+  std::vector<std::int64_t> out;
+  out.reserve(static_cast<std::size_t>(std::max<std::int64_t>(0, to - from)));
+  for (const auto& r : ranges) append_indices(r, out);
+  return out;
+}
+
+void ShardMap::check_piece(const Piece& piece) const {
+  const std::int64_t length = shard_length(piece.shard);
+  if (piece.begin < 0 || piece.end > length || piece.begin > piece.end) {
+    throw UsageError("dds: piece [" + std::to_string(piece.begin) + ", " + std::to_string(piece.end) +
+                     ") out of range for shard " + std::to_string(piece.shard));
+  }
+}
+
+void ShardMap::append_indices(const Piece& run, std::vector<std::int64_t>& out) const {
+  check_piece(run);
   const std::int64_t base = run.shard * shard_size_;
-  out.reserve(out.size() + static_cast<std::size_t>(run.end - run.begin));
   if (!shuffle_within_shard_) {
     for (std::int64_t p = run.begin; p < run.end; ++p) out.push_back(base + p);
     return;
   }
-  const Feistel permutation(length, within_key(seed_, run.epoch, run.shard));
+  const Feistel permutation(shard_length(run.shard), within_key(seed_, run.epoch, run.shard));
   for (std::int64_t p = run.begin; p < run.end; ++p) out.push_back(base + permutation.forward(p));
 }
 
-void ShardMap::append_index_ranges(const Grant& run, std::vector<IndexRange>& out) const {
+void ShardMap::append_index_ranges(const Piece& run, std::vector<IndexRange>& out) const {
+  check_piece(run);
   const std::int64_t length = shard_length(run.shard);
-  if (run.begin < 0 || run.end > length || run.begin > run.end) {
-    throw UsageError("dds: run [" + std::to_string(run.begin) + ", " + std::to_string(run.end) +
-                     ") out of range for shard " + std::to_string(run.shard));
-  }
   if (run.begin == run.end) return;
   const std::int64_t base = run.shard * shard_size_;
   if (!shuffle_within_shard_) {

@@ -4,37 +4,45 @@
 
 namespace antdt::dds {
 
-void encode_grants(const std::vector<Grant>& grants, antdt::detail::ByteWriter& out) {
-  out.put<std::uint64_t>(grants.size());
-  for (const auto& g : grants) {
-    out.put(g.epoch);
-    out.put(g.shard);
-    out.put(g.begin);
-    out.put(g.end);
-    out.put(g.rank);
+namespace {
+
+template <class Range>
+void encode(const std::vector<Range>& ranges, antdt::detail::ByteWriter& out) {
+  out.put<std::uint64_t>(ranges.size());
+  for (const auto& r : ranges) {
+    out.put(r.begin);
+    out.put(r.end);
   }
 }
 
-std::vector<Grant> decode_grants(antdt::detail::ByteReader& in) {
+template <class Range>
+std::vector<Range> decode(antdt::detail::ByteReader& in, const char* what) {
   const auto count = in.get<std::uint64_t>();
-  if (count > in.remaining() / kGrantWireBytes) {
-    throw Error("dds: grant list claims " + std::to_string(count) + " grants but only " +
+  if (count > in.remaining() / kRangeWireBytes) {
+    throw Error(std::string("dds: a list of ") + what + " claims " + std::to_string(count) + " ranges but only " +
                 std::to_string(in.remaining()) + " bytes follow");
   }
-  std::vector<Grant> grants(static_cast<std::size_t>(count));
-  for (auto& g : grants) {
-    g.epoch = in.get<std::int64_t>();
-    g.shard = in.get<std::int64_t>();
-    g.begin = in.get<std::int64_t>();
-    g.end = in.get<std::int64_t>();
-    g.rank = in.get<std::int32_t>();
-    if (g.epoch < 0 || g.shard < 0 || g.begin < 0 || g.begin > g.end || g.rank < 0) {
-      throw Error("dds: malformed grant (epoch " + std::to_string(g.epoch) + ", shard " + std::to_string(g.shard) +
-                  ", [" + std::to_string(g.begin) + ", " + std::to_string(g.end) + "), rank " + std::to_string(g.rank) +
-                  "): every field must be >= 0 and begin <= end");
+  std::vector<Range> ranges(static_cast<std::size_t>(count));
+  for (auto& r : ranges) {
+    r.begin = in.get<std::int64_t>();
+    r.end = in.get<std::int64_t>();
+    if (r.begin < 0 || r.begin > r.end) {
+      throw Error(std::string("dds: malformed ") + what + " range [" + std::to_string(r.begin) + ", " +
+                  std::to_string(r.end) + "): begin must be >= 0 and <= end");
     }
   }
-  return grants;
+  return ranges;
+}
+
+}  // namespace
+
+void encode_ranges(const std::vector<BatchRange>& ranges, antdt::detail::ByteWriter& out) { encode(ranges, out); }
+void encode_ranges(const std::vector<StreamRange>& ranges, antdt::detail::ByteWriter& out) { encode(ranges, out); }
+std::vector<BatchRange> decode_batch_ranges(antdt::detail::ByteReader& in) {
+  return decode<BatchRange>(in, "batch offset");
+}
+std::vector<StreamRange> decode_stream_ranges(antdt::detail::ByteReader& in) {
+  return decode<StreamRange>(in, "stream position");
 }
 
 }  // namespace antdt::dds

@@ -14,27 +14,17 @@
 
 namespace antdt::protocol {
 
-std::span<const dds::Grant> StepDecision::grants_of(int rank) const {
-  const auto r = static_cast<std::size_t>(rank);
-  if (r + 1 >= offsets.size()) return {};
-  return std::span(grants).subspan(offsets[r], offsets[r + 1] - offsets[r]);
-}
-
-StepReply StepDecision::reply_for(int rank) const {
-  StepReply mine = reply;
-  const auto g = grants_of(rank);
-  mine.grants.assign(g.begin(), g.end());
-  return mine;
-}
-
 StepCoordinator::StepCoordinator(const StepCoordinatorOptions& options, const dds::LedgerOptions& ledger, Plan initial)
-    : StepCoordinator(options, dds::Coordinator(ledger, options.controller.world_size, options.prefetch_steps),
-                      Controller(options.controller, std::move(initial))) {
+    : StepCoordinator(options, dds::Coordinator(ledger), Controller(options.controller, std::move(initial))) {
   plans_.reset(std::make_shared<const Plan>(controller_.plan()));
 }
 
 StepCoordinator::StepCoordinator(const StepCoordinatorOptions& options, dds::Coordinator dds, Controller controller)
-    : options_(options), dds_(std::move(dds)), controller_(std::move(controller)) {}
+    : options_(options), dds_(std::move(dds)), controller_(std::move(controller)) {
+  if (options_.pool.pooled && options_.pool.mechanism == PoolMechanism::automatic) {
+    throw UsageError("step coordinator: pooled steps need their mechanism resolved (counter or deadline)");
+  }
+}
 
 template <class F>
 auto StepCoordinator::timed(double& total, F&& f) {
@@ -55,52 +45,54 @@ bool StepCoordinator::reached_end_after(std::int64_t next_step) const {
   return dds_.ledger().exhausted();
 }
 
-// What each rank will take per step from the next step on: the plan in force, or the issued
-// one where it asks for more (it may take effect before the next top-up).
-std::vector<std::int64_t> StepCoordinator::coming_demand() const {
-  const auto world = static_cast<int>(plans_.current().batch.size());
-  const auto demand_of = [&](const Plan& p, std::size_t i) {  // a rank may claim more than its share in a pooled step
-    return p.pooled ? pooled_claim_cap(p.batch[i], p.global_batch, world, options_.pool.backup_workers) : p.batch[i];
-  };
-  std::vector<std::int64_t> demand(static_cast<std::size_t>(world));
-  for (std::size_t i = 0; i < demand.size(); ++i) demand[i] = demand_of(plans_.current(), i);
-  if (const auto& next = plans_.pending()) {
-    for (std::size_t i = 0; i < demand.size() && i < next->batch.size(); ++i)
-      demand[i] = std::max(demand[i], demand_of(*next, i));
-  }
-  return demand;
-}
-
-// Grants come out of the ledger round-robin over ranks; each rank must get its own in that
-// order (it consumes them in order), so they are grouped by a stable counting sort.
-void StepCoordinator::grant_into(StepDecision& d) {
-  const auto world = static_cast<std::size_t>(controller_.options().world_size);
-  d.offsets.assign(world + 1, 0);
-  if (finished_) return;
-  const std::vector<dds::Grant> granted = timed(dds_seconds_, [&] { return dds_.grant(coming_demand()); });
-  for (const auto& g : granted) ++d.offsets[static_cast<std::size_t>(g.rank) + 1];
-  for (std::size_t r = 0; r < world; ++r) d.offsets[r + 1] += d.offsets[r];
-  std::vector<std::size_t> next(d.offsets.begin(), d.offsets.end() - 1);
-  d.grants.resize(granted.size());
-  for (const auto& g : granted) d.grants[next[static_cast<std::size_t>(g.rank)]++] = g;
-}
-
 StepDecision StepCoordinator::rejected(ReplyStatus status, std::string why) const {
   StepDecision d;
   d.reply.status = status;
   d.reply.error = std::move(why);
-  d.offsets.assign(static_cast<std::size_t>(controller_.options().world_size) + 1, 0);
   return d;
 }
 
 StepDecision StepCoordinator::start() {
   finished_ = reached_end_after(step_);
   StepDecision d;
-  grant_into(d);
   d.reply.finished = finished_;
   d.reply.completed_epochs = dds_.ledger().completed_epochs();
   d.reply.committed_total = committed_total_;
+  d.reply.next_position = dds_.ledger().stream().cursor();
   return d;
+}
+
+// What each rank trained of the step's batch must be what the step's rule gives it; returns why
+// not, or fills `undone` with the offsets of the batch that no rank trained (ascending):
+//  - a step that is not pooled: every rank trained its whole slice (share_of);
+//  - a counter pool: the claims cover a prefix of the batch, [0, sum of what the ranks trained);
+//  - a deadline pool: every rank trained a prefix of its slice, and the rest of it is undone.
+std::optional<std::string> StepCoordinator::undone_of(std::span<const StepReport> reports,
+                                                      std::vector<dds::BatchRange>& undone) const {
+  const Plan& plan = plans_.current();
+  const std::int64_t n = dds_.next_batch(plan.global_batch).size();
+  const auto disagree = [&](std::size_t r, const char* rule, std::int64_t count) {
+    return "rank " + std::to_string(r) + " reports " + std::to_string(reports[r].consumed) + " samples consumed but " +
+           rule + " of step " + std::to_string(step_) + " holds " + std::to_string(count) +
+           "; its view of the data order and rank 0's disagree";
+  };
+  if (plan.pooled && options_.pool.mechanism == PoolMechanism::counter) {
+    std::int64_t total = 0;
+    for (std::size_t r = 0; r < reports.size(); ++r) {
+      if (reports[r].consumed < 0 || reports[r].consumed > n - total) return disagree(r, "what is left", n - total);
+      total += reports[r].consumed;
+    }
+    if (total < n) undone.push_back(dds::BatchRange{total, n});
+    return std::nullopt;
+  }
+  const bool by_deadline = plan.pooled;  // a prefix of the slice; else all of it
+  for (std::size_t r = 0; r < reports.size(); ++r) {
+    const dds::BatchRange share = dds::share_of(plan.batch, static_cast<int>(r), n);
+    const std::int64_t c = reports[r].consumed;
+    if (c < 0 || c > share.size() || (!by_deadline && c != share.size())) return disagree(r, "its slice", share.size());
+    if (c < share.size()) undone.push_back(dds::BatchRange{share.begin + c, share.end});
+  }
+  return std::nullopt;
 }
 
 std::optional<std::string> StepCoordinator::lockstep_problem(std::span<const StepReport> reports) const {
@@ -175,17 +167,18 @@ StepDecision StepCoordinator::decide(std::span<const StepReport> reports) {
   plans_.advance_to(step_);
   if (auto problem = lockstep_problem(reports)) return rejected(ReplyStatus::error, std::move(*problem));
   std::vector<RankStepStats> stats = stats_of(reports);
-  std::vector<std::int64_t> consumed(reports.size());
-  std::transform(reports.begin(), reports.end(), consumed.begin(), [](const StepReport& r) { return r.consumed; });
+  std::vector<dds::BatchRange> undone;
+  if (auto problem = undone_of(reports, undone)) return rejected(ReplyStatus::error, std::move(*problem));
   dds::Coordinator::StepResult committed;
   try {
-    committed = timed(dds_seconds_, [&] { return dds_.commit_step(consumed); });
+    committed = timed(dds_seconds_, [&] { return dds_.commit_step(plans_.current().global_batch, undone); });
   } catch (const UsageError& e) {
     return rejected(ReplyStatus::usage_error, e.what());
   } catch (const Error& e) {
     return rejected(ReplyStatus::error, e.what());
   }
   committed_total_ += committed.committed;
+  if (!undone.empty()) ++altered_steps_;
 
   StepDecision d;
   StepReply& totals = d.reply;
@@ -223,7 +216,8 @@ StepDecision StepCoordinator::decide(std::span<const StepReport> reports) {
                     << " asked to stop (a signal): the run ends after this step";
   }
   finished_ = restart_.has_value() || stopped_ || reached_end_after(step_ + 1);
-  grant_into(d);
+  totals.next_position = dds_.ledger().stream().cursor();
+  totals.undone = std::move(undone);
   if (options_.pool.pooled) totals.deadline_seconds = pooled_deadline();
   totals.ends_step = true;
   totals.finished = finished_;
@@ -276,6 +270,8 @@ ResumeState StepCoordinator::resume_state() const {
   s.shuffle_shards = order.shuffle_shards;
   s.shuffle_within_shard = order.shuffle_within_shard;
   s.finished = reached_end_after(step_);  // a stop or restart ends this run, not the resumed one
+  s.cursor = dds_.ledger().stream().cursor();
+  s.carried = dds_.ledger().stream().carried();
   return s;
 }
 
@@ -345,7 +341,7 @@ StepCoordinator StepCoordinator::restore(const detail::StateReader& in, const St
                           std::to_string(options.data_seed) + " (the epoch order would change)");
   }
   const int world = options.controller.world_size;
-  auto dds = dds::Coordinator::restore(saved.dds, world, options.prefetch_steps);
+  auto dds = dds::Coordinator::restore(saved.dds);
   // The run's own limit wins: a resumed job may be asked to train longer.
   if (dds.ledger().options().max_epochs != options.max_epochs) dds.set_max_epochs(options.max_epochs);
   StepCoordinator c(options, std::move(dds), Controller::restore(saved.controller, options.controller));

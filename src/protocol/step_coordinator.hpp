@@ -1,16 +1,19 @@
 // Private: the rank-0 side of a step as one pure core (docs/protocol.md). Every rank's
-// StepReport goes in, one StepDecision comes out: the plan if one was issued, each rank's
-// grants, the step's totals, the finished flag, or why the step was rejected. No MPI and no
-// clock: the same reports give the same decision, so the Session (the real job), the tests and
-// the simulator all drive this same object.
+// StepReport goes in, one StepDecision comes out: the plan if one was issued, the step's
+// totals, where the data order stands, the finished flag, or why the step was rejected. No MPI
+// and no clock: the same reports give the same decision, so the Session (the real job), the
+// tests and the simulator all drive this same object.
 //
 // One decision, in order:
-//   1. check every report is for this step and the plan in force (lockstep);
-//   2. commit every rank's consumed samples in the DDS ledger (every rank has returned from the
-//      step's reduction before it reported, so this is "after the reduction", invariant 1);
+//   1. check every report is for this step and the plan in force (lockstep), and that each
+//      rank trained what the step's rule gives it: its slice of the step's batch (docs/dds.md),
+//      or, in a pooled step, claims that add up to what the pool allows;
+//   2. commit the step's batch in the DDS ledger, less what a deadline pool left undone (every
+//      rank has returned from the step's reduction before it reported, so this is "after the
+//      reduction", invariant 1); what was left undone is carried to the next steps;
 //   3. feed the Controller (Monitor, classes, policy), which may issue a plan effective at
-//      step + 1 + plan_lag;
-//   4. grant shards so that every rank holds prefetch_steps x its coming demand.
+//      step + 1 + plan_lag.
+// Nothing is granted: every rank computes its own samples from the data order and the plan.
 // A rejected step changes nothing and can be decided again.
 #pragma once
 
@@ -32,26 +35,22 @@ namespace antdt::protocol {
 
 // What rank 0 decided, for every rank at once.
 struct StepDecision {
-  StepReply reply;                   // the part every rank gets (grants empty)
+  StepReply reply;                   // what every rank gets
   std::shared_ptr<const Plan> plan;  // issued by this decision (reply.plan_follows), or null
-  std::vector<dds::Grant> grants;    // every rank's new grants, grouped by rank, in rank order
-  std::vector<std::size_t> offsets;  // rank r's grants are grants[offsets[r], offsets[r + 1])
   std::optional<StepRecord> record;  // the step's record (decide only; times left for the caller)
 
-  [[nodiscard]] std::span<const dds::Grant> grants_of(int rank) const;
-  // Rank r's own reply: the common part and its grants.
-  [[nodiscard]] StepReply reply_for(int rank) const;
+  // Rank r's reply: the same for every rank (nothing in it is any one rank's).
+  [[nodiscard]] const StepReply& reply_for(int /*rank*/) const noexcept { return reply; }
 };
 
 struct StepCoordinatorOptions {
-  int prefetch_steps = 2;      // grants keep every rank this many steps ahead
   std::int64_t max_steps = 0;  // 0: stop by epochs only
   std::int64_t max_epochs = 0;
   std::int64_t dataset_size = 0;
   std::uint64_t data_seed = 0;
   std::uint64_t emulation_seed = 0;
   ControllerOptions controller;  // resolved: world size, global batch, caps
-  PoolOptions pool;              // pooled steps: each rank's demand is its claim cap
+  PoolOptions pool;              // pooled steps; the mechanism must be resolved (counter or deadline)
 };
 
 class StepCoordinator {
@@ -66,7 +65,7 @@ class StepCoordinator {
                                  const dds::LedgerOptions& this_run);
   void save(detail::StateWriter& out) const;
 
-  // The first exchange of a run (or of a resumed one): grants for the coming steps.
+  // The first exchange of a run (or of a resumed one): where the data order stands.
   [[nodiscard]] StepDecision start();
   // The step's decision from every rank's report (reports[r] from rank r).
   [[nodiscard]] StepDecision decide(std::span<const StepReport> reports);
@@ -89,6 +88,10 @@ class StepCoordinator {
   [[nodiscard]] const Controller& controller() const noexcept { return controller_; }
   [[nodiscard]] const dds::Coordinator& dds() const noexcept { return dds_; }
   [[nodiscard]] std::int64_t committed_total() const noexcept { return committed_total_; }
+  // Steps of this run (since start or restore) that did not train all of their batch (a
+  // deadline pool's slowed ranks): their undone positions went to later steps, so from the first
+  // such step on, the run's steps are not the ones the data order alone gives (docs/dds.md).
+  [[nodiscard]] std::int64_t altered_steps() const noexcept { return altered_steps_; }
   [[nodiscard]] bool finished() const noexcept { return finished_; }
   // The kill-restart this run ended with, if it did (the decision's ranks and nodes).
   [[nodiscard]] const std::optional<RestartDecision>& restart() const noexcept { return restart_; }
@@ -109,11 +112,11 @@ class StepCoordinator {
   [[nodiscard]] std::optional<std::string> lockstep_problem(std::span<const StepReport> reports) const;
   [[nodiscard]] std::vector<RankStepStats> stats_of(std::span<const StepReport> reports) const;
   [[nodiscard]] StepRecord record_of(std::vector<RankStepStats> stats, double loss_sum) const;
+  [[nodiscard]] std::optional<std::string> undone_of(std::span<const StepReport> reports,
+                                                     std::vector<dds::BatchRange>& undone) const;
   [[nodiscard]] bool reached_end_after(std::int64_t next_step) const;
-  [[nodiscard]] std::vector<std::int64_t> coming_demand() const;
   [[nodiscard]] StepOutlook outlook() const;
   [[nodiscard]] double pooled_deadline() const;
-  void grant_into(StepDecision& decision);
   [[nodiscard]] StepDecision rejected(ReplyStatus status, std::string why) const;
   template <class F>
   auto timed(double& total, F&& f);
@@ -124,6 +127,7 @@ class StepCoordinator {
   PlanSchedule plans_;
   std::int64_t step_ = 0;
   std::int64_t committed_total_ = 0;
+  std::int64_t altered_steps_ = 0;
   bool finished_ = false;
   bool stopped_ = false;
   std::function<double()> clock_;

@@ -17,7 +17,8 @@ struct Writer {
   void operator()(bool v) const { out.put<std::uint8_t>(v ? 1 : 0); }
   void operator()(ReplyStatus v) const { out.put(static_cast<std::uint8_t>(v)); }
   void operator()(const std::string& v) const { out.put_string(v); }
-  void operator()(const std::vector<dds::Grant>& v) const { dds::encode_grants(v, out); }
+  void operator()(const std::vector<dds::BatchRange>& v) const { dds::encode_ranges(v, out); }
+  void operator()(const std::vector<dds::StreamRange>& v) const { dds::encode_ranges(v, out); }
   template <class T>
   requires std::is_arithmetic_v<T>
   void operator()(T v) const { out.put(v); }
@@ -38,7 +39,8 @@ struct Reader {
     v = static_cast<ReplyStatus>(b);
   }
   void operator()(std::string& v) const { v = in.get_string(); }
-  void operator()(std::vector<dds::Grant>& v) const { v = dds::decode_grants(in); }
+  void operator()(std::vector<dds::BatchRange>& v) const { v = dds::decode_batch_ranges(in); }
+  void operator()(std::vector<dds::StreamRange>& v) const { v = dds::decode_stream_ranges(in); }
   template <class T>
   requires std::is_arithmetic_v<T>
   void operator()(T& v) const { v = in.get<T>(); }
@@ -49,8 +51,9 @@ struct Sizer {
   void operator()(bool) const { bytes += 1; }
   void operator()(ReplyStatus) const { bytes += 1; }
   void operator()(const std::string& v) const { bytes += sizeof(std::uint64_t) + v.size(); }
-  void operator()(const std::vector<dds::Grant>& v) const {
-    bytes += sizeof(std::uint64_t) + v.size() * dds::kGrantWireBytes;
+  template <class Range>
+  void operator()(const std::vector<Range>& v) const {
+    bytes += sizeof(std::uint64_t) + v.size() * dds::kRangeWireBytes;
   }
   template <class T>
   requires std::is_arithmetic_v<T>

@@ -1,9 +1,9 @@
 // Private: the two messages of the step protocol (docs/protocol.md) and their one codec.
 //
 //   StepReport  every rank -> rank 0, once per step: what it consumed and measured.
-//   StepReply   rank 0 -> each rank, once per step: the step's totals and THIS rank's grants.
-//               A new plan, when there is one, goes to every rank beside the replies (it is the
-//               only part of a reply that grows with the number of ranks, and it is rare).
+//   StepReply   rank 0 -> each rank, once per step: the step's totals, where the data order
+//               stands, and the part of the step left undone (rare). A new plan, when there is
+//               one, goes to every rank beside the replies (it is rare too).
 //
 // Each message lists its fields once, in wire order (`fields`); encode and decode both walk
 // that list, so the two cannot drift. Every message starts with a version byte. Decoders
@@ -45,11 +45,11 @@ struct StepReport {
 enum class ReplyStatus : std::uint8_t { ok = 0, usage_error = 1, error = 2 };
 
 struct StepReply {
-  static constexpr std::uint8_t kVersion = 4;  // 2: restart; 3: deadline; 4: stopped
+  static constexpr std::uint8_t kVersion = 5;  // 2: restart; 3: deadline; 4: stopped; 5: the stream, not grants
 
   ReplyStatus status = ReplyStatus::ok;
   std::string error;          // one line, when status != ok
-  bool ends_step = false;     // false: the reply to the first exchange (grants only)
+  bool ends_step = false;     // false: the reply to the first exchange (no step ended)
   bool finished = false;      // no step follows (max_steps reached or every epoch committed)
   bool plan_follows = false;  // a new plan comes with this reply (effective at its effective_step)
   bool restart = false;       // kill-restart: no step follows; checkpoint, then exit for resubmission
@@ -65,20 +65,25 @@ struct StepReply {
   std::int64_t correct = 0;
   double loss_sum = 0.0;
   double max_compute_seconds = 0.0;
-  std::vector<dds::Grant> grants;  // this rank's new grants, in the order it consumes them
+  // The stream position the next step's batch starts from (after any carried ranges), as
+  // rank 0's ledger has it: every rank's own StepStream must agree.
+  std::int64_t next_position = 0;
+  // The offsets of this step's batch that were not trained (a deadline pool's slowed ranks),
+  // ascending: every rank carries them to the next steps, as the ledger does. Usually empty.
+  std::vector<dds::BatchRange> undone;
 
   template <class Self, class F>
   static void fields(Self& m, F&& f) {
     f(m.status), f(m.error), f(m.ends_step), f(m.finished), f(m.plan_follows), f(m.restart), f(m.stopped),
         f(m.checkpoint), f(m.deadline_seconds), f(m.completed_epochs), f(m.committed_total), f(m.samples), f(m.correct),
-        f(m.loss_sum), f(m.max_compute_seconds), f(m.grants);
+        f(m.loss_sum), f(m.max_compute_seconds), f(m.next_position), f(m.undone);
   }
 };
 
 // Rank 0 -> every rank, once, after Session::restore: where the run resumes. The plans in
 // force and pending follow it (plan codec; an empty message for no pending plan).
 struct ResumeState {
-  static constexpr std::uint8_t kVersion = 1;
+  static constexpr std::uint8_t kVersion = 2;  // 2: the stream
 
   ReplyStatus status = ReplyStatus::ok;
   std::string error;  // why rank 0 could not restore (every rank throws CheckpointError)
@@ -88,13 +93,16 @@ struct ResumeState {
   // The checkpoint's sample order, which wins over this run's options.
   std::int64_t shard_size = 0;
   bool shuffle_shards = true;
-  bool shuffle_within_shard = false;
+  bool shuffle_within_shard = true;
   bool finished = false;  // a run resumed past its limits has nothing to do
+  // Where the stream stands: the next batch starts with the carried ranges, then the cursor.
+  std::int64_t cursor = 0;
+  std::vector<dds::StreamRange> carried;
 
   template <class Self, class F>
   static void fields(Self& m, F&& f) {
     f(m.status), f(m.error), f(m.step), f(m.completed_epochs), f(m.committed_total), f(m.shard_size),
-        f(m.shuffle_shards), f(m.shuffle_within_shard), f(m.finished);
+        f(m.shuffle_shards), f(m.shuffle_within_shard), f(m.finished), f(m.cursor), f(m.carried);
   }
 };
 

@@ -51,6 +51,25 @@ std::shared_ptr<const Plan> plan_from(std::span<const std::byte> bytes) {
 
 double seconds_now() { return agent::SteadyClock().now(); }
 
+// Rank 0's data order on every rank: every rank composes its steps from it, so they must agree
+// (a rank's own options could differ, e.g. another --data-seed; rank 0's wins, as its ledger's does).
+dds::LedgerOptions agreed_order(const Communicator& comm, dds::LedgerOptions mine) {
+  detail::ByteWriter w;
+  if (comm.is_root()) {
+    w.put(mine.shard_size);
+    w.put(mine.seed);
+    w.put<std::uint8_t>(mine.shuffle_shards ? 1 : 0);
+    w.put<std::uint8_t>(mine.shuffle_within_shard ? 1 : 0);
+  }
+  const auto bytes = detail::broadcast_vector(comm, w.take(), MPI_BYTE);
+  detail::ByteReader r(bytes);
+  mine.shard_size = r.get<std::int64_t>();
+  mine.seed = r.get<std::uint64_t>();
+  mine.shuffle_shards = r.get<std::uint8_t>() != 0;
+  mine.shuffle_within_shard = r.get<std::uint8_t>() != 0;
+  return mine;
+}
+
 // The Agent's step pool over rank 0's one-sided counter (the transport knows nothing of the Agent).
 class CounterOnRoot final : public agent::StepPool {
  public:
@@ -87,7 +106,7 @@ struct Session::Impl {
   Impl(MPI_Comm user, SessionOptions o)
       : opt(std::move(o)),
         comm(Communicator::duplicate(user)),
-        ledger(detail::session_ledger_options(opt, comm.size())),
+        ledger(agreed_order(comm, detail::session_ledger_options(opt, comm.size()))),
         caps(detail::allgather_value<std::int64_t>(
             comm, opt.micro_batch_cap > 0 ? opt.micro_batch_cap : opt.global_batch, MPI_INT64_T)),
         priors(detail::allgather_value<double>(comm, opt.device_prior, MPI_DOUBLE)),
@@ -407,6 +426,9 @@ bool Session::emulated() const noexcept { return impl_->agent.emulator().emulate
 void Session::add_record_sink(RecordSink sink) { impl_->recorder.add_sink(std::move(sink)); }
 RunTotals Session::totals() const { return impl_->recorder.totals(); }
 std::int64_t Session::samples_committed() const noexcept { return impl_->agent.committed_total(); }
+std::int64_t Session::altered_steps() const noexcept {
+  return impl_->coordinator ? impl_->coordinator->altered_steps() : 0;
+}
 double Session::dds_seconds() const noexcept { return impl_->coordinator ? impl_->coordinator->dds_seconds() : 0.0; }
 double Session::elapsed_seconds() const noexcept { return seconds_now() - impl_->t_session; }
 const std::vector<std::int64_t>& Session::micro_batch_caps() const noexcept { return impl_->caps; }

@@ -50,9 +50,8 @@ dds::LedgerOptions session_ledger_options(const SessionOptions& o, int world) {
   validate_session_options(o, world);
   dds::LedgerOptions l;
   l.dataset_size = o.dataset_size;
-  const std::int64_t per_rank = std::max<std::int64_t>(1, ceil_div(o.global_batch, world));
-  const std::int64_t typical = o.micro_batch_cap > 0 ? std::min(o.micro_batch_cap, per_rank) : per_rank;
-  l.shard_size = o.shard_size > 0 ? o.shard_size : dds::default_shard_size(o.dataset_size, typical);
+  // From N and B alone: the order, and so every step's samples, must not depend on the world.
+  l.shard_size = o.shard_size > 0 ? o.shard_size : dds::default_shard_size(o.dataset_size, o.global_batch);
   l.seed = o.seed;
   l.shuffle_shards = o.shuffle_shards;
   l.shuffle_within_shard = o.shuffle_within_shard;
@@ -81,7 +80,6 @@ PoolOptions pool_options(const SessionOptions& o, int world) {
 protocol::StepCoordinatorOptions coordinator_options(const SessionOptions& o, const std::vector<std::int64_t>& caps,
                                                      const std::vector<std::string>& nodes) {
   protocol::StepCoordinatorOptions c;
-  c.prefetch_steps = o.prefetch_steps;
   c.max_steps = o.max_steps;
   c.max_epochs = o.max_epochs;
   c.dataset_size = o.dataset_size;

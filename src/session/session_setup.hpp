@@ -14,7 +14,7 @@ namespace antdt::detail {
 // UsageError with one line when the options cannot run on `world` ranks (`dataset_known`
 // false: before the data set's size is known, which is then not checked).
 void validate_session_options(const SessionOptions& o, int world, bool dataset_known = true);
-// The ledger's options (shard size defaults to about 10 per-rank micro-batches). Validates.
+// The ledger's options (shard size defaults to about 10 global batches). Validates.
 [[nodiscard]] dds::LedgerOptions session_ledger_options(const SessionOptions& o, int world);
 // How steps are cut: pooled when the policy pools (nd), with the session's backup workers.
 [[nodiscard]] PoolOptions pool_options(const SessionOptions& o, int world);

@@ -48,15 +48,15 @@ Job make_job(const SimConfig& c) {
   j.controller.cost.gradient_bytes = c.gradient_bytes;
   const std::int64_t b = j.controller.global_batch;
   j.ledger.dataset_size = c.dataset_size > 0 ? c.dataset_size : 20 * b;
-  const std::int64_t per_rank = std::max<std::int64_t>(1, ceil_div(b, n));
-  const std::int64_t cap = *std::min_element(j.controller.caps.begin(), j.controller.caps.end());
-  j.ledger.shard_size =
-      c.shard_size > 0 ? c.shard_size : dds::default_shard_size(j.ledger.dataset_size, std::min(cap, per_rank));
+  j.ledger.shard_size = c.shard_size > 0 ? c.shard_size : dds::default_shard_size(j.ledger.dataset_size, b);
+  // The simulated ranks read no data and their times do not depend on which samples they
+  // train: the order is not shuffled within shards, which saves every simulated rank a
+  // permutation per sample in each step (100,000 ranks compute B indices per step).
+  j.ledger.shuffle_within_shard = false;
   j.ledger.max_epochs = c.max_epochs;
   j.emulation = c.emulation;
   j.emulation.speeds = c.speeds;
   j.emulation.virtual_seconds_per_sample = c.seconds_per_sample;
-  j.coordinator.prefetch_steps = c.prefetch_steps;
   j.coordinator.max_steps = c.steps;
   j.coordinator.max_epochs = c.max_epochs;
   j.coordinator.dataset_size = j.ledger.dataset_size;
@@ -65,7 +65,8 @@ Job make_job(const SimConfig& c) {
   j.coordinator.pool.pooled = policy_pools(j.controller.policy);
   const int backups = c.backup_workers < 0 ? std::min(1, n - 1) : c.backup_workers;
   j.coordinator.pool.backup_workers = j.coordinator.pool.pooled ? backups : 0;
-  if (j.coordinator.pool.pooled) (void)pooled_claim_cap(1, 1, n, backups);  // UsageError on a bad count
+  if (const std::string why = backup_workers_problem(backups, n); j.coordinator.pool.pooled && !why.empty())
+    throw UsageError("simulator: " + why);
   j.coordinator.pool.chunks_per_share = c.chunks_per_share;
   j.coordinator.pool.first_chunk = c.first_chunk;
   j.coordinator.pool.mechanism =

@@ -1,7 +1,7 @@
 // Private: the step protocol's second application (docs/protocol.md): a discrete-event
 // simulation of a data-parallel job that runs the REAL step code with no MPI and no sleeping.
 // One Agent per simulated rank (with a virtual clock) and one StepCoordinator, exactly as in a
-// job: the real DDS ledger, grants, commits and coverage counters, the real Monitor,
+// job: the real DDS ledger, step batches, commits and coverage counters, the real Monitor,
 // Controller and planner. Only the compute and the network are modelled:
 //   - rank i's compute for b samples takes b * c / speed_i (x transient slowdowns, x jitter),
 //     waited out on its virtual clock by the Agent's own speed emulator;
@@ -46,10 +46,10 @@ struct NetworkModel {
 struct SimConfig {
   std::vector<double> speeds;  // relative speed per rank (1 = 1/c samples/s); its size is the world
   std::int64_t steps = 500;
-  std::int64_t dataset_size = 0;  // N; 0: 20 global batches
-  std::int64_t max_epochs = 0;    // 0: stop by steps only
-  std::int64_t shard_size = 0;    // 0: about 10 per-rank shares, as the Session picks
-  int prefetch_steps = 2;
+  std::int64_t dataset_size = 0;        // N; 0: 20 global batches
+  std::int64_t max_epochs = 0;          // 0: stop by steps only
+  std::int64_t shard_size = 0;          // 0: about 10 global batches, as the Session picks
+  int prefetch_steps = 2;               // no effect: every rank composes its steps from the data order (docs/dds.md)
   double seconds_per_sample = 1e-3;     // c at speed 1
   double overhead_seconds = 0.0;        // data wait of every rank in every step
   std::int64_t gradient_bytes = 0;      // bytes of the gradient all-reduce
@@ -90,11 +90,11 @@ struct SimResult {
   double prediction_error_median = 0.0;
   double prediction_error_mean = 0.0;
   // The coordinator's decide() per step, real wall time on this machine, and the part of it
-  // spent in the Controller (Monitor, classes, policy); the rest is the DDS commit and grants.
+  // spent in the Controller (Monitor, classes, policy); the rest is the DDS commit.
   double decision_seconds_median = 0.0;
   double decision_seconds_max = 0.0;
   double controller_seconds_median = 0.0;
-  double dds_seconds_median = 0.0;  // the part in the DDS coordinator (commit, coverage, identity, grants)
+  double dds_seconds_median = 0.0;  // the part in the DDS coordinator (commit, coverage, identity)
   // Control traffic: what one rank sends and receives per step (the largest reply, plan steps
   // included), and what rank 0 gathers; and the modelled time of the exchange per step.
   std::size_t report_bytes = 0;

@@ -3,6 +3,8 @@
 Importing it takes BUILD_DIR and SOURCE_DIR from the command line (and removes them, so that
 unittest sees the rest): `python3 test_X.py BUILD_DIR SOURCE_DIR [unittest args]`.
 """
+import collections
+import glob
 import os
 import re
 import subprocess
@@ -32,6 +34,19 @@ def assert_one_error(case, r, code, *needles):
     for needle in needles:
         case.assertIn(needle, lines[0])
     return lines[0]
+
+
+def read_sample_log(prefix):
+    """{step: [samples]} over every rank's --sample-log PREFIX.RANK file, each rank's in rank
+    order of the files found (steps may be missing after a kill)."""
+    steps = collections.defaultdict(list)
+    for path in glob.glob(glob.escape(prefix) + ".*"):
+        with open(path) as f:
+            for line in f:
+                fields = line.split()
+                if fields:
+                    steps[int(fields[0])].extend(map(int, fields[1:]))
+    return steps
 
 
 def run(cmd, timeout=240, env=None):

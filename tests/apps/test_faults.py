@@ -27,7 +27,7 @@ import tempfile
 import time
 import unittest
 
-from harness import DATAGEN, ENV, TRAIN, Mount, run
+from harness import DATAGEN, ENV, TRAIN, Mount, read_sample_log as read_log, run
 
 SAMPLES, BATCH, EPOCHS = 1200, 40, 2
 EXIT_WRITE, EXIT_STALLED, EXIT_STOPPED = 3, 5, 76
@@ -74,18 +74,6 @@ def cpu_seconds(pid):
     with open("/proc/%d/stat" % pid) as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def read_log(prefix):
-    """{step: [samples]} over every rank's PREFIX.RANK file (steps may be missing after a kill)."""
-    steps = collections.defaultdict(list)
-    for path in glob.glob(glob.escape(prefix) + ".*"):
-        with open(path) as f:
-            for line in f:
-                fields = line.split()
-                if fields:
-                    steps[int(fields[0])].extend(map(int, fields[1:]))
-    return steps
 
 
 def logged_steps(prefix):

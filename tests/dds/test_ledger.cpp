@@ -1,7 +1,8 @@
-// Unit tests of ShardMap, Ledger, Coordinator and Client (pure, no MPI).
+// Unit tests of ShardMap, StepStream, Ledger and Coordinator (pure, no MPI).
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 #include <set>
 #include <string>
@@ -15,20 +16,16 @@ using namespace antdt::dds;
 
 namespace {
 
-LedgerOptions opts(std::int64_t n, std::int64_t shard, bool shuffle = false, std::int64_t max_epochs = 0) {
+LedgerOptions opts(std::int64_t n, std::int64_t shard, bool shuffle = false, std::int64_t max_epochs = 0,
+                   bool within = false) {
   LedgerOptions o;
   o.dataset_size = n;
   o.shard_size = shard;
   o.seed = 42;
   o.shuffle_shards = shuffle;
+  o.shuffle_within_shard = within;
   o.max_epochs = max_epochs;
   return o;
-}
-
-std::int64_t total(const std::vector<Grant>& runs) {
-  std::int64_t t = 0;
-  for (const auto& g : runs) t += g.size();
-  return t;
 }
 
 }  // namespace
@@ -43,13 +40,13 @@ TEST(ShardMap, GeometryWithShortLastShard) {
   EXPECT_THROW((void)map.sample_index(0, 3, 1), antdt::UsageError);
 }
 
-TEST(ShardMap, DefaultShardSizeIsTenMicroBatchesClampedToN) {
-  EXPECT_EQ(default_shard_size(100000, 32), 320);
-  EXPECT_EQ(default_shard_size(100, 32), 100);
+TEST(ShardMap, DefaultShardSizeIsTenGlobalBatchesClampedToN) {
+  EXPECT_EQ(default_shard_size(100000, 256), 2560);
+  EXPECT_EQ(default_shard_size(2000, 256), 2000) << "small data: one shard, shuffled whole";
   EXPECT_EQ(default_shard_size(5, 0), 5);
   EXPECT_EQ(default_shard_size(1, 1), 1);
   EXPECT_THROW((void)default_shard_size(0, 32), antdt::UsageError);
-  EXPECT_EQ(ShardMap(opts(1000, 0)).shard_size(), 320);
+  EXPECT_EQ(ShardMap(opts(100000, 0)).shard_size(), 10 * kDefaultBatch);
   EXPECT_EQ(ShardMap(opts(7, 100)).shard_size(), 7);
 }
 
@@ -102,7 +99,7 @@ TEST(ShardMap, WithinShardShuffleIsABijectionOnEachShard) {
     bool moved = false;
     for (std::int64_t s = 0; s < map.num_shards(); ++s) {
       std::vector<std::int64_t> run;
-      map.append_indices(Grant{epoch, s, 0, map.shard_length(s), 0}, run);
+      map.append_indices(Piece{epoch, s, 0, map.shard_length(s)}, run);
       ASSERT_EQ(static_cast<std::int64_t>(run.size()), map.shard_length(s));
       for (std::int64_t p = 0; p < map.shard_length(s); ++p) {
         const auto idx = run[static_cast<std::size_t>(p)];
@@ -118,406 +115,6 @@ TEST(ShardMap, WithinShardShuffleIsABijectionOnEachShard) {
   }
 }
 
-TEST(Ledger, AcquireConsumeCommitAcrossPieces) {
-  Ledger ledger(opts(10, 4), 2);
-  auto a = ledger.acquire(0);
-  auto b = ledger.acquire(0);
-  ASSERT_TRUE(a && b);
-  EXPECT_EQ(*a, (Grant{0, 0, 0, 4, 0}));
-  EXPECT_EQ(*b, (Grant{0, 1, 0, 4, 0}));
-  EXPECT_EQ(ledger.held(0), 8);
-  const auto runs = ledger.consume(0, 6);
-  ASSERT_EQ(runs.size(), 2U);
-  EXPECT_EQ(runs[0], (Grant{0, 0, 0, 4, 0}));
-  EXPECT_EQ(runs[1], (Grant{0, 1, 0, 2, 0}));
-  EXPECT_EQ(ledger.held(0), 2);
-  EXPECT_EQ(ledger.counts(), (std::vector<Ledger::EpochCounts>{{0, 2, 8, 0}}));
-  EXPECT_EQ(ledger.commit(0), 6);
-  EXPECT_EQ(ledger.counts(), (std::vector<Ledger::EpochCounts>{{0, 2, 2, 6}}));
-  EXPECT_EQ(ledger.commit(0), 0);
-  EXPECT_EQ(total(ledger.consume(0, 100)), 2) << "consume returns fewer when the rank holds fewer";
-  ledger.check_identity();
-}
-
-TEST(Ledger, NextEpochOpensWhenTodoRunsOutAndCompletesIndependently) {
-  Ledger ledger(opts(4, 2), 2);
-  ASSERT_TRUE(ledger.acquire(0));  // epoch 0 shard 0
-  ASSERT_TRUE(ledger.acquire(1));  // epoch 0 shard 1
-  const auto next = ledger.acquire(0);
-  ASSERT_TRUE(next);
-  EXPECT_EQ(next->epoch, 1) << "no TODO left in epoch 0: a new epoch opens so no rank starves";
-  EXPECT_EQ(ledger.current_epoch(), 0);
-  (void)ledger.consume(0, 4);  // epoch 0 shard 0 and epoch 1's first piece
-  ledger.commit(0);
-  EXPECT_EQ(ledger.completed_epochs(), 0);
-  (void)ledger.consume(1, 2);
-  ledger.commit(1);
-  EXPECT_EQ(ledger.completed_epochs(), 1);
-  EXPECT_EQ(ledger.completed_list(), std::vector<std::int64_t>{0});
-  EXPECT_EQ(ledger.current_epoch(), 1);
-  ledger.check_identity();
-}
-
-TEST(Ledger, FailRankReturnsOnlyUncommittedTailsToTheFront) {
-  Ledger ledger(opts(12, 4), 2);
-  (void)ledger.acquire(0);  // shard 0
-  (void)ledger.acquire(0);  // shard 1
-  (void)ledger.consume(0, 3);
-  ledger.commit(0);
-  (void)ledger.consume(0, 2);  // consumed, not committed: must come back too
-  EXPECT_EQ(ledger.fail_rank(0), 5);
-  EXPECT_EQ(ledger.held(0), 0);
-  EXPECT_EQ(ledger.counts(), (std::vector<Ledger::EpochCounts>{{0, 9, 0, 3}}));
-  // The tails come first, in order, before the untouched shard 2.
-  EXPECT_EQ(*ledger.acquire(1), (Grant{0, 0, 3, 4, 1}));
-  EXPECT_EQ(*ledger.acquire(1), (Grant{0, 1, 0, 4, 1}));
-  EXPECT_EQ(*ledger.acquire(1), (Grant{0, 2, 0, 4, 1}));
-  ledger.check_identity();
-}
-
-TEST(Ledger, DropReturnsTheStepsConsumptionAndKeepsTheRemainder) {
-  Ledger ledger(opts(8, 8), 2);
-  (void)ledger.acquire(1);
-  (void)ledger.consume(1, 2);
-  ledger.commit(1);
-  (void)ledger.consume(1, 3);
-  EXPECT_EQ(ledger.drop(1), 3);
-  EXPECT_EQ(ledger.held(1), 3) << "the unconsumed remainder stays with the backup";
-  EXPECT_EQ(ledger.counts(), (std::vector<Ledger::EpochCounts>{{0, 3, 3, 2}}));
-  EXPECT_EQ(ledger.consume(1, 1)[0], (Grant{0, 0, 5, 6, 1}));
-  EXPECT_EQ(*ledger.acquire(0), (Grant{0, 0, 2, 5, 0}));
-  ledger.check_identity();
-}
-
-TEST(Ledger, MaxEpochsStopsAndExhausts) {
-  Ledger ledger(opts(3, 2, true, 1), 1);
-  std::int64_t got = 0;
-  while (auto g = ledger.acquire(0)) got += g->size();
-  EXPECT_EQ(got, 3);
-  EXPECT_FALSE(ledger.exhausted());
-  (void)ledger.consume(0, 3);
-  ledger.commit(0);
-  EXPECT_TRUE(ledger.exhausted());
-  EXPECT_FALSE(ledger.acquire(0).has_value());
-}
-
-TEST(Ledger, RejectsBadRanks) {
-  Ledger ledger(opts(3, 1), 2);
-  EXPECT_THROW((void)ledger.acquire(2), antdt::UsageError);
-  EXPECT_THROW((void)ledger.held(-1), antdt::UsageError);
-  EXPECT_THROW((void)ledger.consume(0, -1), antdt::UsageError);
-  EXPECT_THROW(Ledger(opts(3, 1), 0), antdt::UsageError);
-}
-
-TEST(Ledger, SerializeRestoreTurnsDoingTailsIntoReservedTodo) {
-  Ledger ledger(opts(20, 5, true), 2);
-  (void)ledger.acquire(0);
-  (void)ledger.acquire(1);
-  (void)ledger.acquire(0);
-  (void)ledger.consume(0, 7);
-  ledger.commit(0);
-  (void)ledger.consume(1, 1);  // uncommitted: comes back
-  const auto bytes = ledger.serialize();
-
-  Ledger same = Ledger::restore(bytes, 2);
-  same.check_identity();
-  EXPECT_EQ(same.counts(), (std::vector<Ledger::EpochCounts>{{0, 13, 0, 7}}));
-  EXPECT_EQ(same.reserved(0), 3);
-  EXPECT_EQ(same.reserved(1), 5);
-  // Rank 1 asks first, but gets its own tail, not rank 0's.
-  const auto g = same.acquire(1);
-  EXPECT_EQ(g->rank, 1);
-  EXPECT_EQ(g->size(), 5);
-  EXPECT_EQ(g->begin, 0);
-
-  Ledger other = Ledger::restore(bytes, 3);
-  other.check_identity();
-  EXPECT_EQ(other.reserved(0) + other.reserved(1) + other.reserved(2), 0) << "another world size: tails are free";
-  const auto first = other.acquire(2);
-  EXPECT_EQ(first->begin, 2) << "tails are at the front of TODO";
-}
-
-TEST(Ledger, RestoreRejectsBadBytes) {
-  Ledger ledger(opts(20, 5), 2);
-  (void)ledger.acquire(0);
-  auto bytes = ledger.serialize();
-  EXPECT_THROW(Ledger::restore(std::span(bytes).first(bytes.size() - 3), 2), antdt::CheckpointError);
-  auto bad = bytes;
-  bad[0] = std::byte{0};
-  EXPECT_THROW(Ledger::restore(bad, 2), antdt::CheckpointError);
-  bad = bytes;
-  bad.push_back(std::byte{1});
-  EXPECT_THROW(Ledger::restore(bad, 2), antdt::CheckpointError);
-  EXPECT_THROW(Ledger::restore({}, 2), antdt::CheckpointError);
-  // A count that breaks the identity: the "todo" field of the open epoch.
-  bad = bytes;
-  const std::size_t header = 8 + 4 + 8 + 8 + 8 + 1 + 1 + 8 + 4 + 8 + 8 + 8;  // ... through open epoch count
-  bad[header + 16] = std::byte{99};
-  EXPECT_THROW(Ledger::restore(bad, 2), antdt::CheckpointError);
-}
-
-TEST(Coordinator, GrantTopsUpToPrefetchTimesDemandLowestRankFirst) {
-  Coordinator coordinator(opts(100, 4), 3, 2);
-  const auto grants = coordinator.grant({5, 0, 3});
-  EXPECT_GE(coordinator.ledger().held(0), 10);
-  EXPECT_EQ(coordinator.ledger().held(1), 0);
-  EXPECT_GE(coordinator.ledger().held(2), 6);
-  ASSERT_GE(grants.size(), 2U);
-  EXPECT_EQ(grants[0].rank, 0);
-  EXPECT_EQ(grants[1].rank, 2) << "one piece at a time, round robin from rank 0";
-  EXPECT_TRUE(coordinator.grant({5, 0, 3}).empty()) << "nothing more while everyone holds enough";
-  EXPECT_THROW(coordinator.grant({1, 1}), antdt::UsageError);
-  EXPECT_THROW(coordinator.grant({1, -1, 1}), antdt::UsageError);
-}
-
-TEST(Coordinator, CommitStepRejectsOverReportWithoutChangingState) {
-  Coordinator coordinator(opts(50, 5), 2);
-  (void)coordinator.grant({3, 3});
-  const auto before = coordinator.serialize();
-  EXPECT_THROW(coordinator.commit_step({1, 1000}), antdt::Error);
-  EXPECT_EQ(coordinator.serialize(), before);
-  EXPECT_THROW(coordinator.commit_step({1}), antdt::UsageError);
-}
-
-TEST(Coordinator, ClientTakesExactlyWhatIsCommittedAndCoverageIsClean) {
-  for (bool within : {false, true}) {
-    auto o = opts(37, 4, true, 3);
-    o.shuffle_within_shard = within;
-    const int world = 3;
-    Coordinator coordinator(o, world);
-    std::vector<Client> clients(world, Client(o));
-    std::vector<std::int64_t> counts(37, 0);
-    const std::vector<std::int64_t> demand{5, 2, 7};
-    for (int step = 0; step < 200 && !coordinator.ledger().exhausted(); ++step) {
-      const auto grants = coordinator.grant(demand);
-      for (int r = 0; r < world; ++r) clients[static_cast<std::size_t>(r)].add(grants, r);
-      std::vector<std::int64_t> consumed(world);
-      for (int r = 0; r < world; ++r) {
-        const auto idx = clients[static_cast<std::size_t>(r)].take(demand[static_cast<std::size_t>(r)]);
-        consumed[static_cast<std::size_t>(r)] = static_cast<std::int64_t>(idx.size());
-        for (auto i : idx) ++counts[static_cast<std::size_t>(i)];
-        EXPECT_EQ(clients[static_cast<std::size_t>(r)].held(),
-                  coordinator.ledger().held(r) - consumed[static_cast<std::size_t>(r)]);
-      }
-      coordinator.commit_step(consumed);
-    }
-    ASSERT_TRUE(coordinator.ledger().exhausted());
-    for (auto c : counts) EXPECT_EQ(c, 3) << "every index exactly once in each of 3 epochs";
-    ASSERT_EQ(coordinator.coverage().size(), 3U);
-    for (const auto& c : coordinator.coverage()) {
-      EXPECT_EQ(c.committed, 37);
-      EXPECT_EQ(c.missing, 0);
-      EXPECT_EQ(c.duplicated, 0);
-    }
-  }
-}
-
-// peek(k) is what take(k) returns next, across grant boundaries and shuffled shards, and it
-// consumes nothing; a shorter take leaves the rest of the peek as the next one's prefix.
-TEST(Coordinator, ClientPeekIsTheNextTakeAndConsumesNothing) {
-  for (bool within : {false, true}) {
-    auto o = opts(41, 4, true, 2);
-    o.shuffle_within_shard = within;
-    Coordinator coordinator(o, 1);
-    Client client(o);
-    for (int step = 0; step < 100 && !coordinator.ledger().exhausted(); ++step) {
-      client.add(coordinator.grant({7}), 0);
-      const std::int64_t held = client.held();
-      const auto ahead = client.peek(9);  // more than one step: crosses shards
-      EXPECT_EQ(client.held(), held);
-      EXPECT_EQ(static_cast<std::int64_t>(ahead.size()), std::min<std::int64_t>(9, held));
-      EXPECT_EQ(client.peek(0), std::vector<std::int64_t>{});
-      const auto taken = client.take(step % 2 == 0 ? 7 : 3);
-      ASSERT_LE(taken.size(), ahead.size());
-      EXPECT_TRUE(std::equal(taken.begin(), taken.end(), ahead.begin())) << "step " << step;
-      const auto next = client.peek(static_cast<std::int64_t>(ahead.size() - taken.size()));
-      EXPECT_TRUE(std::equal(next.begin(), next.end(), ahead.begin() + static_cast<std::ptrdiff_t>(taken.size())));
-      coordinator.commit_step({static_cast<std::int64_t>(taken.size())});
-    }
-    EXPECT_THROW((void)client.peek(-1), antdt::UsageError);
-  }
-}
-
-TEST(Coordinator, DroppedRanksConsumptionGoesBackAndIsServedAgain) {
-  const auto o = opts(24, 6, false, 1);
-  Coordinator coordinator(o, 2, 1);
-  std::vector<Client> clients(2, Client(o));
-  auto grants = coordinator.grant({6, 6});
-  clients[0].add(grants, 0);
-  clients[1].add(grants, 1);
-  const auto backup = clients[1].take(4);
-  (void)clients[0].take(6);
-  const auto result = coordinator.commit_step({6, 4}, {1});
-  EXPECT_EQ(result.committed, 6);
-  EXPECT_EQ(result.returned, 4);
-  // Rank 1 keeps its remainder; the dropped four are served to whoever asks next.
-  EXPECT_EQ(coordinator.ledger().held(1), 2);
-  grants = coordinator.grant({6, 6});
-  clients[0].add(grants, 0);
-  clients[1].add(grants, 1);
-  const auto again = clients[0].take(4);
-  EXPECT_EQ(again, backup);
-}
-
-TEST(Coordinator, CoverageCatchesALedgerThatCommitsTwice) {
-  // Simulate the bug the coverage counter exists for: restoring an old checkpoint after
-  // progress was committed replays committed work. The counter, restored from the newer
-  // state, must report the duplicates.
-  const auto o = opts(10, 5, false, 1);
-  Coordinator coordinator(o, 1, 1);
-  (void)coordinator.grant({5});
-  const auto old_ledger = coordinator.ledger().serialize();
-  coordinator.commit_step({5});
-  // Rebuild the coordinator blob (magic, version, ledger, coverage...) with the old ledger.
-  const auto bytes_new = coordinator.serialize();
-  antdt::detail::ByteReader in(bytes_new);
-  antdt::detail::ByteWriter out;
-  out.put(in.get<std::uint64_t>());
-  out.put(in.get<std::uint32_t>());
-  (void)in.get_vector<std::byte>();
-  out.put_vector(old_ledger);
-  while (!in.done()) out.put(in.get<std::byte>());
-  const auto bytes = out.take();
-  auto replay = Coordinator::restore(bytes, 1, 1);
-  Client client(o);
-  for (int step = 0; step < 4 && !replay.ledger().exhausted(); ++step) {
-    client.add(replay.grant({5}), 0);
-    replay.commit_step({static_cast<std::int64_t>(client.take(5).size())});
-  }
-  ASSERT_EQ(replay.coverage().size(), 1U);
-  EXPECT_EQ(replay.coverage()[0].duplicated, 5);
-  EXPECT_EQ(replay.coverage()[0].missing, 0);
-}
-
-TEST(Coordinator, RestoreOnSameWorldSizeReplaysTheUninterruptedRunExactly) {
-  for (bool within : {false, true}) {
-    auto o = opts(53, 4, true, 4);
-    o.shuffle_within_shard = within;
-    const int world = 3;
-    auto demand_at = [](int step) { return std::vector<std::int64_t>{3 + step % 3, step % 5 == 0 ? 0 : 2, 6}; };
-    // Returns per-rank index sequences of steps [from, to).
-    using Trace = std::vector<std::vector<std::int64_t>>;
-    auto run = [&](Coordinator& c, std::vector<Client>& clients, int from, int to, Trace& trace) {
-      for (int step = from; step < to; ++step) {
-        const auto demand = demand_at(step);
-        std::vector<std::int64_t> consumed(world);
-        for (int r = 0; r < world; ++r) {
-          auto idx = clients[static_cast<std::size_t>(r)].take(demand[static_cast<std::size_t>(r)]);
-          consumed[static_cast<std::size_t>(r)] = static_cast<std::int64_t>(idx.size());
-          trace[static_cast<std::size_t>(r)].insert(trace[static_cast<std::size_t>(r)].end(), idx.begin(), idx.end());
-        }
-        c.commit_step(consumed);
-        const auto grants = c.grant(demand_at(step + 1));
-        for (int r = 0; r < world; ++r) clients[static_cast<std::size_t>(r)].add(grants, r);
-      }
-    };
-    auto start = [&](Coordinator& c, std::vector<Client>& clients) {
-      const auto grants = c.grant(demand_at(0));
-      for (int r = 0; r < world; ++r) clients[static_cast<std::size_t>(r)].add(grants, r);
-    };
-    Trace straight(world), resumed(world);
-    {
-      Coordinator c(o, world);
-      std::vector<Client> clients(world, Client(o));
-      start(c, clients);
-      run(c, clients, 0, 60, straight);
-    }
-    for (int cut : {1, 7, 23}) {
-      resumed.assign(world, {});
-      Coordinator c(o, world);
-      std::vector<Client> clients(world, Client(o));
-      start(c, clients);
-      run(c, clients, 0, cut, resumed);
-      const auto bytes = c.serialize();
-      Coordinator back = Coordinator::restore(bytes, world);
-      std::vector<Client> fresh(world, Client(o));
-      const auto grants = back.grant(demand_at(cut));  // the demand in force when the checkpoint was taken
-      for (int r = 0; r < world; ++r) fresh[static_cast<std::size_t>(r)].add(grants, r);
-      run(back, fresh, cut, 60, resumed);
-      EXPECT_EQ(resumed, straight) << "cut at step " << cut << (within ? " (shuffled within shards)" : "");
-      for (const auto& cov : back.coverage()) {
-        EXPECT_EQ(cov.missing, 0);
-        EXPECT_EQ(cov.duplicated, 0);
-      }
-    }
-  }
-}
-
-TEST(Coordinator, RestoreRejectsBadBytes) {
-  Coordinator coordinator(opts(30, 5), 2);
-  (void)coordinator.grant({3, 3});
-  auto bytes = coordinator.serialize();
-  EXPECT_THROW(Coordinator::restore(std::span(bytes).first(bytes.size() / 2), 2), antdt::CheckpointError);
-  bytes[2] = std::byte{0x7f};
-  EXPECT_THROW(Coordinator::restore(bytes, 2), antdt::CheckpointError);
-}
-
-TEST(Wire, GrantsRoundTripAndShortBuffersThrow) {
-  const std::vector<Grant> grants{{0, 3, 0, 10, 0}, {7, 1, 2, 5, 3}, {1LL << 40, 9, 0, 1, 2}};
-  antdt::detail::ByteWriter w;
-  encode_grants(grants, w);
-  EXPECT_EQ(w.bytes().size(), 8 + grants.size() * kGrantWireBytes);
-  antdt::detail::ByteReader r(w.bytes());
-  EXPECT_EQ(decode_grants(r), grants);
-  EXPECT_TRUE(r.done());
-  const auto bytes = w.take();
-  antdt::detail::ByteReader short_reader{std::span<const std::byte>(bytes).first(bytes.size() - 1)};
-  EXPECT_THROW(decode_grants(short_reader), antdt::Error);
-}
-
-TEST(Client, KeepsOnlyItsOwnGrantsAndTakesAcrossThem) {
-  const auto o = opts(20, 5);
-  Client client(o);
-  client.add({{0, 0, 0, 5, 1}, {0, 1, 0, 5, 0}, {0, 2, 3, 5, 1}}, 1);
-  EXPECT_EQ(client.held(), 7);
-  EXPECT_EQ(client.take(6), (std::vector<std::int64_t>{0, 1, 2, 3, 4, 13}));
-  EXPECT_EQ(client.take(5), (std::vector<std::int64_t>{14}));
-  EXPECT_EQ(client.held(), 0);
-  client.add({{0, 3, 0, 5, 1}}, 1);
-  client.clear();
-  EXPECT_EQ(client.held(), 0);
-  EXPECT_TRUE(client.take(3).empty());
-}
-
-TEST(Ledger, CappedAcquireSplitsAPieceAndKeepsTheRemainderFirst) {
-  LedgerOptions o;
-  o.dataset_size = 100;
-  o.shard_size = 40;
-  o.shuffle_shards = false;
-  Ledger ledger(o, 2);
-  const auto a = ledger.acquire(0, 15);
-  ASSERT_TRUE(a);
-  EXPECT_EQ(a->shard, 0);
-  EXPECT_EQ(a->begin, 0);
-  EXPECT_EQ(a->end, 15);
-  const auto b = ledger.acquire(1, 100);  // the rest of shard 0 comes next, whole
-  ASSERT_TRUE(b);
-  EXPECT_EQ(b->shard, 0);
-  EXPECT_EQ(b->begin, 15);
-  EXPECT_EQ(b->end, 40);
-  const auto c = ledger.acquire(1);  // uncapped: a whole shard
-  ASSERT_TRUE(c);
-  EXPECT_EQ(c->shard, 1);
-  EXPECT_EQ(c->size(), 40);
-  ledger.check_identity();
-  const auto counts = ledger.counts();
-  ASSERT_EQ(counts.size(), 1u);
-  EXPECT_EQ(counts[0].todo, 100 - 15 - 25 - 40);
-  EXPECT_EQ(counts[0].doing_remaining, 80);
-}
-
-TEST(Coordinator, GrantsAreCutToEachRanksTarget) {
-  LedgerOptions o;
-  o.dataset_size = 10000;
-  o.shard_size = 500;
-  Coordinator coordinator(o, 2, 2);
-  for (const auto& g : coordinator.grant({40, 5})) {
-    EXPECT_LE(g.size(), g.rank == 0 ? 80 : 10) << "a grant never exceeds prefetch x demand";
-  }
-  EXPECT_EQ(coordinator.ledger().held(0), 80);
-  EXPECT_EQ(coordinator.ledger().held(1), 10);
-}
-
 TEST(ShardMap, IndexRangesHoldExactlyTheIndicesOfARun) {
   for (bool within : {false, true}) {
     auto o = opts(103, 10, true);
@@ -529,7 +126,7 @@ TEST(ShardMap, IndexRangesHoldExactlyTheIndicesOfARun) {
         for (const auto& [begin, end] : std::vector<std::pair<std::int64_t, std::int64_t>>{
                  {0, length}, {0, 1}, {1, length}, {2, 2}, {length / 3, length - 1}}) {
           if (end < begin) continue;
-          const Grant run{epoch, s, begin, end, 0};
+          const Piece run{epoch, s, begin, end};
           std::vector<std::int64_t> indices;
           map.append_indices(run, indices);
           std::vector<IndexRange> ranges;
@@ -549,33 +146,335 @@ TEST(ShardMap, IndexRangesHoldExactlyTheIndicesOfARun) {
       }
     }
     std::vector<IndexRange> out;
-    EXPECT_THROW(map.append_index_ranges(Grant{0, 0, 3, 11, 0}, out), antdt::UsageError);
+    EXPECT_THROW(map.append_index_ranges(Piece{0, 0, 3, 11}, out), antdt::UsageError);
   }
+}
+
+TEST(ShardMap, TheStreamVisitsEachEpochsShardsInItsOrderAndEveryIndexOnce) {
+  // Short last shard anywhere in the order, shard size 1, one shard, and N a multiple of it.
+  for (const auto& [n, shard] :
+       std::vector<std::pair<std::int64_t, std::int64_t>>{{103, 10}, {100, 10}, {7, 1}, {9, 9}}) {
+    for (const bool within : {false, true}) {
+      const ShardMap map(opts(n, shard, true, 0, within));
+      for (const std::int64_t epoch : {0, 1, 4}) {
+        std::vector<std::int64_t> indices;
+        std::int64_t order = 0;
+        map.for_each_piece(StreamRange{epoch * n, (epoch + 1) * n}, [&](const Piece& piece) {
+          EXPECT_EQ(piece.epoch, epoch);
+          EXPECT_EQ(piece.shard, map.shard_at(epoch, order++)) << "the epoch's shard order";
+          EXPECT_EQ(piece.begin, 0);
+          EXPECT_EQ(piece.end, map.shard_length(piece.shard)) << "whole shards";
+          map.append_indices(piece, indices);
+        });
+        EXPECT_EQ(order, map.num_shards());
+        std::vector<std::int64_t> by_position;
+        for (std::int64_t p = epoch * n; p < (epoch + 1) * n; ++p) by_position.push_back(map.index_at(p));
+        EXPECT_EQ(by_position, indices) << "index_at is the pieces' order, position by position";
+        std::sort(indices.begin(), indices.end());
+        std::vector<std::int64_t> all(static_cast<std::size_t>(n));
+        std::iota(all.begin(), all.end(), 0);
+        EXPECT_EQ(indices, all) << "every index once per epoch (n " << n << ", shard " << shard << ")";
+      }
+      // A range that starts and ends inside shards, and spans an epoch boundary.
+      std::vector<std::int64_t> cut, whole;
+      map.append_indices(StreamRange{n - 3, n + 5}, cut);
+      for (std::int64_t p = n - 3; p < n + 5; ++p) whole.push_back(map.index_at(p));
+      EXPECT_EQ(cut, whole);
+      EXPECT_THROW((void)map.piece_at(5, 5), antdt::UsageError);
+    }
+  }
+}
+
+TEST(StepBatch, SlicesAreTheBatchsOffsetsAndSharesFollowThePlan) {
+  const StepBatch batch{{{40, 43}, {10, 12}, {100, 110}}};  // 3 carried, 2 carried, then the cursor's 10
+  EXPECT_EQ(batch.size(), 15);
+  std::vector<StreamRange> out;
+  batch.slice(2, 6, out);
+  EXPECT_EQ(out, (std::vector<StreamRange>{{42, 43}, {10, 12}, {100, 101}}));
+  out.clear();
+  batch.slice(12, 99, out);
+  EXPECT_EQ(out, (std::vector<StreamRange>{{107, 110}})) << "clipped to the batch";
+  const std::vector<std::int64_t> shares{4, 0, 6, 5};
+  EXPECT_EQ(share_of(shares, 0, 15), (BatchRange{0, 4}));
+  EXPECT_EQ(share_of(shares, 1, 15), (BatchRange{4, 4})) << "a rank without a share";
+  EXPECT_EQ(share_of(shares, 2, 15), (BatchRange{4, 10}));
+  EXPECT_EQ(share_of(shares, 3, 15), (BatchRange{10, 15}));
+  EXPECT_EQ(share_of(shares, 3, 12), (BatchRange{10, 12})) << "a short final step gives the last ranks less";
+  EXPECT_EQ(share_of(shares, 3, 8), (BatchRange{8, 8}));
+  EXPECT_EQ(share_of(shares, 4, 15), (BatchRange{0, 0}));
+}
+
+TEST(StepStream, BatchesAreTheNextBPositionsCarriedFirstAndStopAtTheEnd) {
+  StepStream s(10, 2);  // 20 positions
+  EXPECT_EQ(s.next(6), (StepBatch{{{0, 6}}}));
+  s.advance(s.next(6));
+  EXPECT_EQ(s.cursor(), 6);
+  // The step left offsets [1, 3) and [5, 6) undone: positions 7, 8 and 11.
+  const StepBatch b = s.next(6);
+  s.advance(b, std::vector<BatchRange>{{1, 3}, {5, 6}});
+  EXPECT_EQ(s.cursor(), 12);
+  EXPECT_EQ(s.carried(), (std::vector<StreamRange>{{7, 9}, {11, 12}}));
+  EXPECT_EQ(s.carried_positions(), 3);
+  EXPECT_EQ(s.next(4), (StepBatch{{{7, 9}, {11, 12}, {12, 13}}})) << "carried first, in order, then the cursor";
+  EXPECT_EQ(s.next(2), (StepBatch{{{7, 9}}}));
+  // Part of the carried ranges taken, the first position of the batch left again: it stays first.
+  s.advance(s.next(2), std::vector<BatchRange>{{0, 1}});
+  EXPECT_EQ(s.carried(), (std::vector<StreamRange>{{7, 8}, {11, 12}}));
+  s.advance(s.next(2));
+  EXPECT_EQ(s.carried().size(), 0U);
+  EXPECT_EQ(s.cursor(), 12);
+  s.advance(s.next(5));
+  EXPECT_EQ(s.next(5), (StepBatch{{{17, 20}}})) << "max_epochs cuts the last step";
+  s.advance(s.next(5), std::vector<BatchRange>{{2, 3}});
+  EXPECT_FALSE(s.exhausted()) << "position 19 is still to train";
+  EXPECT_EQ(s.next(5), (StepBatch{{{19, 20}}}));
+  s.advance(s.next(5));
+  EXPECT_TRUE(s.exhausted());
+  EXPECT_EQ(s.next(5).size(), 0);
+}
+
+TEST(StepStream, UndoneRangesThatTouchAreJoined) {
+  StepStream s(100, 0);
+  s.advance(s.next(10), std::vector<BatchRange>{{2, 4}, {4, 6}, {9, 10}});
+  EXPECT_EQ(s.carried(), (std::vector<StreamRange>{{2, 6}, {9, 10}}));
+}
+
+TEST(StepStream, RejectsAnotherBatchABadUndoneListOrABadRestoredState) {
+  StepStream s(10, 0);
+  EXPECT_THROW(s.advance(StepBatch{{{1, 4}}}), antdt::UsageError) << "not the next batch";
+  const StepBatch b = s.next(5);
+  EXPECT_THROW(s.advance(b, std::vector<BatchRange>{{3, 4}, {1, 2}}), antdt::UsageError) << "out of order";
+  EXPECT_THROW(s.advance(b, std::vector<BatchRange>{{1, 3}, {2, 4}}), antdt::UsageError) << "overlapping";
+  EXPECT_THROW(s.advance(b, std::vector<BatchRange>{{4, 6}}), antdt::UsageError) << "past the batch";
+  EXPECT_THROW(s.advance(b, std::vector<BatchRange>{{3, 2}}), antdt::UsageError) << "inside out";
+  EXPECT_EQ(s.cursor(), 0) << "a rejected advance changes nothing";
+  EXPECT_THROW((void)s.next(0), antdt::UsageError);
+  EXPECT_THROW(StepStream(10, 1, 11, {}), antdt::UsageError) << "cursor past the end";
+  EXPECT_THROW(StepStream(10, 0, 5, {{4, 6}}), antdt::UsageError) << "carried at or after the cursor";
+  EXPECT_THROW(StepStream(10, 0, 9, {{1, 4}, {3, 5}}), antdt::UsageError) << "overlapping";
+  EXPECT_THROW(StepStream(10, 0, 9, {{2, 2}}), antdt::UsageError) << "empty";
+  EXPECT_NO_THROW(StepStream(10, 0, 9, {{5, 7}, {1, 4}}));
+  EXPECT_THROW(StepStream(0, 0), antdt::UsageError);
+  EXPECT_THROW(StepStream(10, -1), antdt::UsageError);
+  EXPECT_THROW(StepStream(kMaxDatasetSize, kMaxStreamPosition), antdt::UsageError) << "past the stream's end";
+}
+
+TEST(StepStream, MaxEpochsCanGrowOrShrinkButNotBelowTheEpochsStarted) {
+  StepStream s(10, 3);
+  s.advance(s.next(12));  // inside epoch 1
+  EXPECT_EQ(s.started_epochs(), 2);
+  EXPECT_THROW(s.set_max_epochs(1), antdt::UsageError);
+  s.set_max_epochs(2);
+  EXPECT_EQ(s.end(), 20);
+  s.set_max_epochs(0);
+  EXPECT_EQ(s.end(), kMaxStreamPosition);
+}
+
+TEST(Ledger, StepsCommitTheirBatchesAndEpochsCompleteWhenAllIsDone) {
+  Ledger l(opts(10, 3, true, 2));
+  EXPECT_TRUE(l.counts().empty());
+  EXPECT_EQ(l.commit(4), 4);
+  EXPECT_EQ(l.counts(), (std::vector<Ledger::EpochCounts>{{0, 6, 4}}));
+  // A step of 8 crosses into epoch 1 and leaves offsets [1, 3) (positions 5, 6) undone.
+  EXPECT_EQ(l.commit(8, std::vector<BatchRange>{{1, 3}}), 6);
+  EXPECT_EQ(l.counts(), (std::vector<Ledger::EpochCounts>{{0, 2, 8}, {1, 8, 2}}));
+  l.check_identity();
+  EXPECT_EQ(l.current_epoch(), 0);
+  // The next step takes them first: epoch 0 completes while epoch 1 goes on.
+  std::vector<Piece> pieces;
+  EXPECT_EQ(l.commit(3, {}, &pieces), 3);
+  std::int64_t in_epoch0 = 0;
+  for (const auto& p : pieces) in_epoch0 += p.epoch == 0 ? p.size() : 0;
+  EXPECT_EQ(in_epoch0, 2);
+  EXPECT_EQ(l.completed_list(), (std::vector<std::int64_t>{0}));
+  EXPECT_EQ(l.counts(), (std::vector<Ledger::EpochCounts>{{1, 7, 3}}));
+  while (!l.exhausted()) (void)l.commit(4);
+  EXPECT_EQ(l.completed_list(), (std::vector<std::int64_t>{0, 1}));
+  EXPECT_TRUE(l.counts().empty());
+  EXPECT_THROW((void)l.commit(4), antdt::UsageError) << "nothing after the end";
+}
+
+TEST(Ledger, AStepLargerThanTheDataSetSpansEpochs) {
+  Ledger l(opts(3, 1, true, 5));
+  EXPECT_EQ(l.commit(8), 8);
+  EXPECT_EQ(l.completed_list(), (std::vector<std::int64_t>{0, 1}));
+  EXPECT_EQ(l.counts(), (std::vector<Ledger::EpochCounts>{{2, 1, 2}}));
+  l.check_identity();
+}
+
+TEST(Ledger, ABadUndoneListChangesNothing) {
+  Ledger l(opts(20, 4, true, 1));
+  (void)l.commit(5);
+  const auto before = l.serialize();
+  EXPECT_THROW((void)l.commit(5, std::vector<BatchRange>{{3, 9}}), antdt::UsageError);
+  EXPECT_EQ(l.serialize(), before);
+}
+
+TEST(Ledger, MaxEpochsCanChangeButNotBelowTheEpochsStarted) {
+  Ledger l(opts(10, 3, false, 1));
+  (void)l.commit(4);
+  EXPECT_THROW(l.set_max_epochs(-1), antdt::UsageError);
+  l.set_max_epochs(2);
+  EXPECT_EQ(l.options().max_epochs, 2);
+  while (!l.exhausted()) (void)l.commit(4);
+  EXPECT_EQ(l.completed_epochs(), 2);
+}
+
+TEST(Ledger, SerializeRestoreIsExactAndHoldsNoRank) {
+  for (const bool within : {false, true}) {
+    Ledger l(opts(53, 4, true, 3, within));
+    for (int s = 0; s < 8; ++s)
+      (void)l.commit(7, s % 3 == 1 ? std::vector<BatchRange>{{2, 4}} : std::vector<BatchRange>{});
+    ASSERT_FALSE(l.stream().carried().empty());
+    const auto bytes = l.serialize();
+    // Magic, version, the options, cursor, carried ranges and open epochs: tens of bytes.
+    EXPECT_LE(bytes.size(), 200U + 16 * l.stream().carried().size());
+    Ledger back = Ledger::restore(bytes);
+    EXPECT_EQ(back.serialize(), bytes);
+    EXPECT_EQ(back.counts(), l.counts());
+    EXPECT_EQ(back.next_batch(7), l.next_batch(7)) << "the next step is the same step";
+    while (!l.exhausted()) {
+      EXPECT_EQ(back.commit(7), l.commit(7));
+      EXPECT_EQ(back.counts(), l.counts());
+    }
+    EXPECT_TRUE(back.exhausted());
+  }
+}
+
+TEST(Ledger, RestoreRejectsBadBytes) {
+  Ledger l(opts(30, 5, true, 2));
+  (void)l.commit(7, std::vector<BatchRange>{{1, 2}});
+  const auto bytes = l.serialize();
+  EXPECT_THROW(Ledger::restore(std::span(bytes).first(bytes.size() - 1)), antdt::CheckpointError) << "truncated";
+  auto bad = bytes;
+  bad[0] = std::byte{0};
+  EXPECT_THROW(Ledger::restore(bad), antdt::CheckpointError) << "bad magic";
+  // An older format: this build's header with format 1, and the version-1 ledger's own magic.
+  bad = bytes;
+  bad[4] = std::byte{1};
+  auto v1 = std::vector<std::byte>{std::byte{'D'}, std::byte{'D'}, std::byte{'S'}, std::byte{'L'},
+                                   std::byte{'E'}, std::byte{'D'}, std::byte{'G'}, std::byte{'R'}};
+  v1.resize(64, std::byte{0});
+  for (const auto& older : {bad, v1}) {
+    try {
+      (void)Ledger::restore(older);
+      ADD_FAILURE() << "an older ledger restored";
+    } catch (const antdt::CheckpointError& e) {
+      EXPECT_NE(std::string(e.what()).find("an older antdt wrote it"), std::string::npos) << e.what();
+    }
+  }
+  bad = bytes;
+  bad.push_back(std::byte{0});
+  EXPECT_THROW(Ledger::restore(bad), antdt::CheckpointError) << "trailing bytes";
+  // The fields, in their one order (Ledger::Saved): 8 bytes of magic and format, N, shard
+  // size, seed, two flags, max_epochs, cursor, then the carried ranges.
+  const std::size_t cursor_at = 8 + 8 + 8 + 8 + 2 + 8;
+  const auto with_cursor = [&](std::int64_t cursor) {
+    auto b = bytes;
+    std::memcpy(b.data() + cursor_at, &cursor, sizeof cursor);
+    return b;
+  };
+  EXPECT_NO_THROW((void)Ledger::restore(with_cursor(7)));
+  EXPECT_THROW((void)Ledger::restore(with_cursor(61)), antdt::CheckpointError) << "past the end (2 epochs)";
+  EXPECT_THROW((void)Ledger::restore(with_cursor(1)), antdt::CheckpointError) << "the carried position after it";
+  EXPECT_THROW((void)Ledger::restore(with_cursor(31)), antdt::CheckpointError) << "epoch 1 started but not open";
+  EXPECT_THROW((void)Ledger::restore(with_cursor(6)), antdt::CheckpointError) << "todo + done != N";
 }
 
 namespace {
 
-// The fields of a Coordinator blob (version 2), to rebuild it with changes.
+// A Coordinator's steps with an independent tally of every index it trained, per epoch of the
+// stream: the batches are computed here from the stream alone (StepStream and ShardMap).
+struct Steps {
+  LedgerOptions options;
+  ShardMap map;
+  StepStream stream;
+  std::vector<std::int64_t> trained;  // every index trained, in order
+
+  explicit Steps(const LedgerOptions& o) : options(o), map(o), stream(o.dataset_size, o.max_epochs) {}
+  // One step of `batch`; `undone` of it carried.
+  void step(Coordinator& c, std::int64_t batch, const std::vector<BatchRange>& undone = {}) {
+    const StepBatch b = stream.next(batch);
+    ASSERT_EQ(b, c.next_batch(batch)) << "the coordinator's batch is the stream's";
+    std::int64_t at = 0;
+    for (const auto& u : undone) {
+      const auto part = map.indices(b, at, u.begin);
+      trained.insert(trained.end(), part.begin(), part.end());
+      at = u.end;
+    }
+    const auto rest = map.indices(b, at, b.size());
+    trained.insert(trained.end(), rest.begin(), rest.end());
+    stream.advance(b, undone);
+    (void)c.commit_step(batch, undone);
+  }
+};
+
+void expect_clean(const Coordinator& c, std::int64_t epochs) {
+  ASSERT_EQ(static_cast<std::int64_t>(c.coverage().size()), epochs);
+  for (const auto& cov : c.coverage()) {
+    EXPECT_EQ(cov.committed, c.ledger().map().dataset_size()) << "epoch " << cov.epoch;
+    EXPECT_EQ(cov.missing, 0) << "epoch " << cov.epoch;
+    EXPECT_EQ(cov.duplicated, 0) << "epoch " << cov.epoch;
+  }
+}
+
+}  // namespace
+
+TEST(Coordinator, EveryIndexOncePerEpochWithStepsThatLeavePartsUndone) {
+  for (const bool within : {false, true}) {
+    const auto o = opts(97, 6, true, 3, within);
+    Coordinator c(o);
+    Steps steps(o);
+    for (int s = 0; !c.ledger().exhausted(); ++s) {
+      const bool full = c.next_batch(10).size() == 10;
+      steps.step(c, 10, full && s % 4 == 1 ? std::vector<BatchRange>{{0, 2}, {7, 10}} : std::vector<BatchRange>{});
+    }
+    expect_clean(c, 3);
+    std::vector<std::int64_t> hits(97, 0);
+    for (auto i : steps.trained) ++hits[static_cast<std::size_t>(i)];
+    EXPECT_EQ(hits, std::vector<std::int64_t>(97, 3));
+  }
+}
+
+TEST(Coordinator, ABadUndoneListIsRefusedAndChangesNothing) {
+  Coordinator c(opts(40, 5, true, 1));
+  (void)c.commit_step(8);
+  const auto before = c.serialize();
+  EXPECT_THROW((void)c.commit_step(8, std::vector<BatchRange>{{6, 9}}), antdt::UsageError);
+  EXPECT_EQ(c.serialize(), before);
+  const auto r = c.commit_step(8, std::vector<BatchRange>{{6, 8}});
+  EXPECT_EQ(r.committed, 6);
+  EXPECT_EQ(r.carried, 2);
+}
+
+namespace {
+
+// The fields of a Coordinator blob, to rebuild it with changes.
 struct CoordinatorBlob {
   std::vector<std::byte> ledger;
   std::vector<Coordinator::EpochCoverage> done;
+  struct Pending {
+    std::int64_t shard;
+    std::vector<IndexRange> positions;  // in the shard's order
+  };
   struct Open {
     std::int64_t epoch, committed, duplicated;
     std::vector<IndexRange> runs;  // the covered indices, however they were saved
     bool saved_as_runs = true;
+    std::vector<Pending> pending;  // shards committed in part, as positions
   };
   std::vector<Open> open;
 
   static CoordinatorBlob parse(const std::vector<std::byte>& bytes) {
     antdt::detail::ByteReader in(bytes);
     (void)in.get<std::uint64_t>();
-    EXPECT_EQ(in.get<std::uint32_t>(), 2U);
+    EXPECT_EQ(in.get<std::uint32_t>(), 3U);
     CoordinatorBlob b;
     b.ledger = in.get_vector<std::byte>();
     b.done = in.get_vector<Coordinator::EpochCoverage>();
     const auto n = in.get<std::uint64_t>();
     for (std::uint64_t i = 0; i < n; ++i) {
-      Open o{in.get<std::int64_t>(), in.get<std::int64_t>(), in.get<std::int64_t>(), {}};
+      Open o{in.get<std::int64_t>(), in.get<std::int64_t>(), in.get<std::int64_t>(), {}, true, {}};
       o.saved_as_runs = in.get<std::uint8_t>() == 1;
       if (o.saved_as_runs) {
         o.runs = in.get_vector<IndexRange>();
@@ -590,13 +489,18 @@ struct CoordinatorBlob {
           }
         }
       }
+      const auto pending = in.get<std::uint64_t>();
+      for (std::uint64_t k = 0; k < pending; ++k) {
+        const auto shard = in.get<std::int64_t>();
+        o.pending.push_back(Pending{shard, in.get_vector<IndexRange>()});
+      }
       b.open.push_back(std::move(o));
     }
     EXPECT_TRUE(in.done());
     return b;
   }
-  // Version 2 writes the runs; version 1 writes each open epoch's raw bitmap of N bits.
-  [[nodiscard]] std::vector<std::byte> write(std::uint32_t version, std::int64_t n) const {
+  // Each open epoch as its runs (`as_runs`) or as its raw bitmap of N bits.
+  [[nodiscard]] std::vector<std::byte> write(bool as_runs, std::int64_t n, std::uint32_t version = 3) const {
     antdt::detail::ByteWriter w;
     w.put<std::uint64_t>(0x5244524F4F435344ULL);
     w.put(version);
@@ -607,130 +511,149 @@ struct CoordinatorBlob {
       w.put(o.epoch);
       w.put(o.committed);
       w.put(o.duplicated);
-      if (version == 2) {
-        w.put<std::uint8_t>(1);
+      w.put<std::uint8_t>(as_runs ? 1 : 0);
+      if (as_runs) {
         w.put_vector(o.runs);
-        continue;
+      } else {
+        std::vector<std::uint64_t> bits(static_cast<std::size_t>((n + 63) / 64), 0);
+        for (const auto& r : o.runs) {
+          for (std::int64_t i = r.begin; i < r.end; ++i) bits[static_cast<std::size_t>(i / 64)] |= 1ULL << (i % 64);
+        }
+        w.put_vector(bits);
       }
-      std::vector<std::uint64_t> bits(static_cast<std::size_t>((n + 63) / 64), 0);
-      for (const auto& r : o.runs) {
-        for (std::int64_t i = r.begin; i < r.end; ++i) bits[static_cast<std::size_t>(i / 64)] |= 1ULL << (i % 64);
+      w.put<std::uint64_t>(o.pending.size());
+      for (const auto& p : o.pending) {
+        w.put(p.shard);
+        w.put_vector(p.positions);
       }
-      w.put_vector(bits);
     }
     return w.take();
   }
-};
-
-// Steps of a coordinator with clients that take what they are granted; every index taken is
-// counted in `taken` (per epoch of data, indices only), and the per-rank sequences in `trace`.
-struct Job {
-  LedgerOptions options;
-  int world;
-  std::vector<Client> clients;
-  std::vector<std::vector<std::int64_t>> trace;
-
-  Job(const LedgerOptions& o, int w) : options(o), world(w), clients(static_cast<std::size_t>(w), Client(o)) {
-    trace.resize(static_cast<std::size_t>(w));
-  }
-  std::int64_t base_demand = 5;
-
-  [[nodiscard]] std::vector<std::int64_t> demand(int step) const {
-    std::vector<std::int64_t> d(static_cast<std::size_t>(world));
-    for (int r = 0; r < world; ++r) d[static_cast<std::size_t>(r)] = base_demand * (1 + (r * 7 + step) % 5) + r % 3;
-    return d;
-  }
-  void receive(const std::vector<Grant>& grants) {
-    std::vector<std::vector<Grant>> mine(static_cast<std::size_t>(world));
-    for (const auto& g : grants) mine[static_cast<std::size_t>(g.rank)].push_back(g);
-    for (int r = 0; r < world; ++r) clients[static_cast<std::size_t>(r)].add(mine[static_cast<std::size_t>(r)], r);
-  }
-  // One step: take, commit (dropping `dropped`), grant for the next.
-  void step(Coordinator& c, int s, const std::vector<int>& dropped = {}) {
-    const auto d = demand(s);
-    std::vector<std::int64_t> consumed(static_cast<std::size_t>(world));
-    for (int r = 0; r < world; ++r) {
-      auto idx = clients[static_cast<std::size_t>(r)].take(d[static_cast<std::size_t>(r)]);
-      consumed[static_cast<std::size_t>(r)] = static_cast<std::int64_t>(idx.size());
-      auto& t = trace[static_cast<std::size_t>(r)];
-      t.insert(t.end(), idx.begin(), idx.end());
+  // The indices an open epoch's coverage holds: its runs and its pending parts.
+  [[nodiscard]] static std::set<std::int64_t> covered(const Open& o, const ShardMap& map) {
+    std::set<std::int64_t> out;
+    for (const auto& r : o.runs) {
+      for (std::int64_t i = r.begin; i < r.end; ++i) out.insert(i);
     }
-    c.commit_step(consumed, dropped);
-    receive(c.grant(demand(s + 1)));
+    for (const auto& p : o.pending) {
+      for (const auto& part : p.positions) {
+        std::vector<std::int64_t> indices;
+        map.append_indices(Piece{o.epoch, p.shard, part.begin, part.end}, indices);
+        out.insert(indices.begin(), indices.end());
+      }
+    }
+    return out;
   }
 };
 
 }  // namespace
 
-// The coverage of open epochs is saved as runs (version 2); a version-1 checkpoint, with raw
-// bitmaps, restores to the same state, and the runs the counter saved are exactly the indices
-// the clients trained on.
-TEST(Coordinator, RestoresVersionOneBitmapsAndSavesRunsOfWhatWasTrained) {
-  for (bool within : {false, true}) {
-    auto o = opts(20011, 200, true, 2);
-    o.shuffle_within_shard = within;
-    Job job(o, 3);
-    job.base_demand = 100;
-    Coordinator c(o, 3);
-    job.receive(c.grant(job.demand(0)));
-    for (int s = 0; s < 12; ++s) job.step(c, s);
-    ASSERT_EQ(c.ledger().completed_epochs(), 0);
-    const auto v2 = c.serialize();
-    const CoordinatorBlob blob = CoordinatorBlob::parse(v2);
-    ASSERT_EQ(blob.open.size(), 1U);
-    // Grants of whole shards of 200 make runs of 100 bits or more: as runs, smaller than the bitmap.
-    if (!within) {
-      EXPECT_TRUE(blob.open[0].saved_as_runs);
+TEST(Coordinator, CoverageCatchesALedgerThatCommitsTwice) {
+  // The bug the coverage counter exists for: restoring an old ledger after progress was
+  // committed replays committed work. The counter, restored from the newer state, must
+  // report the duplicates.
+  const auto o = opts(10, 5, false, 1);
+  Coordinator coordinator(o);
+  const auto old_ledger = coordinator.ledger().serialize();
+  (void)coordinator.commit_step(5);
+  CoordinatorBlob blob = CoordinatorBlob::parse(coordinator.serialize());
+  blob.ledger = old_ledger;
+  auto replay = Coordinator::restore(blob.write(true, 10));
+  while (!replay.ledger().exhausted()) (void)replay.commit_step(5);
+  ASSERT_EQ(replay.coverage().size(), 1U);
+  EXPECT_EQ(replay.coverage()[0].duplicated, 5);
+  EXPECT_EQ(replay.coverage()[0].missing, 0);
+}
+
+TEST(Coordinator, ARestoredRunTrainsExactlyWhatTheUninterruptedOneDoes) {
+  for (const bool within : {false, true}) {
+    const auto o = opts(53, 4, true, 4, within);
+    const auto undone_at = [](int s) {
+      return s % 5 == 2 ? std::vector<BatchRange>{{1, 3}} : std::vector<BatchRange>{};
+    };
+    Coordinator straight(o);
+    Steps all(o);
+    for (int s = 0; !straight.ledger().exhausted(); ++s) all.step(straight, 9, undone_at(s));
+    for (const int cut : {1, 7, 12}) {
+      Coordinator c(o);
+      Steps before(o);
+      for (int s = 0; s < cut; ++s) before.step(c, 9, undone_at(s));
+      Coordinator back = Coordinator::restore(c.serialize());
+      Steps after(o);
+      after.stream = back.ledger().stream();
+      for (int s = cut; !back.ledger().exhausted(); ++s) after.step(back, 9, undone_at(s));
+      before.trained.insert(before.trained.end(), after.trained.begin(), after.trained.end());
+      EXPECT_EQ(before.trained, all.trained) << "cut at step " << cut << (within ? " (shuffled within shards)" : "");
+      expect_clean(back, 4);
     }
-    std::set<std::int64_t> trained;
-    for (const auto& t : job.trace) trained.insert(t.begin(), t.end());
-    std::set<std::int64_t> covered;
+  }
+}
+
+TEST(Coordinator, RestoreRejectsBadBytesAndOlderVersions) {
+  Coordinator coordinator(opts(30, 5));
+  (void)coordinator.commit_step(7);
+  auto bytes = coordinator.serialize();
+  EXPECT_THROW(Coordinator::restore(std::span(bytes).first(bytes.size() / 2)), antdt::CheckpointError);
+  auto older = bytes;
+  older[8] = std::byte{2};
+  try {
+    (void)Coordinator::restore(older);
+    ADD_FAILURE() << "version 2 restored";
+  } catch (const antdt::CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("an older antdt wrote it"), std::string::npos) << e.what();
+  }
+  bytes[2] = std::byte{0x7f};
+  EXPECT_THROW(Coordinator::restore(bytes), antdt::CheckpointError);
+}
+
+// The coverage of open epochs is saved as runs or as the raw bitmap, whichever is smaller; both
+// restore to the same state, and the runs the counter saved are exactly the indices trained.
+TEST(Coordinator, SavesRunsOfWhatWasTrainedAndReadsTheRawBitmapToo) {
+  for (const bool within : {false, true}) {
+    const auto o = opts(20011, 200, true, 2, within);
+    Coordinator c(o);
+    Steps steps(o);
+    for (int s = 0; s < 12; ++s)
+      steps.step(c, 300, s == 4 ? std::vector<BatchRange>{{10, 20}} : std::vector<BatchRange>{});
+    ASSERT_EQ(c.ledger().completed_epochs(), 0);
+    const auto saved = c.serialize();
+    const CoordinatorBlob blob = CoordinatorBlob::parse(saved);
+    ASSERT_EQ(blob.open.size(), 1U);
+    EXPECT_TRUE(blob.open[0].saved_as_runs) << "whole shards of 200 make long runs";
+    std::set<std::int64_t> trained(steps.trained.begin(), steps.trained.end());
     std::int64_t previous_end = -1;
     for (const auto& r : blob.open[0].runs) {
       EXPECT_GT(r.begin, previous_end) << "maximal runs, in order";
       previous_end = r.end;
-      for (std::int64_t i = r.begin; i < r.end; ++i) covered.insert(i);
     }
-    EXPECT_EQ(covered, trained);
-
-    const auto v1 = blob.write(1, o.dataset_size);
-    Coordinator from_v1 = Coordinator::restore(v1, 3);
-    Coordinator from_v2 = Coordinator::restore(v2, 3);
-    const auto saved = from_v2.serialize();
-    EXPECT_EQ(from_v1.serialize(), saved) << "a version-1 checkpoint restores to the same state";
-    EXPECT_EQ(Coordinator::restore(saved, 3).serialize(), saved);
-    for (Coordinator* back : {&from_v1, &from_v2}) {
-      Job rest(o, 3);
-      rest.base_demand = 100;
-      rest.receive(back->grant(rest.demand(12)));
-      for (int s = 12; !back->ledger().exhausted() && s < 400; ++s) rest.step(*back, s);
-      ASSERT_TRUE(back->ledger().exhausted());
-      ASSERT_EQ(back->coverage().size(), 2U);
-      for (const auto& cov : back->coverage()) {
-        EXPECT_EQ(cov.committed, o.dataset_size);
-        EXPECT_EQ(cov.missing, 0);
-        EXPECT_EQ(cov.duplicated, 0);
-      }
+    EXPECT_EQ(CoordinatorBlob::covered(blob.open[0], steps.map), trained);
+    // Shuffled within shards, the shard each step ends in waits as positions, not as indices.
+    EXPECT_EQ(blob.open[0].pending.empty(), !within);
+    Coordinator from_bits = Coordinator::restore(blob.write(false, o.dataset_size));
+    Coordinator from_runs = Coordinator::restore(saved);
+    EXPECT_EQ(from_bits.serialize(), saved) << "the raw bitmap restores to the same state";
+    EXPECT_EQ(from_runs.serialize(), saved);
+    for (Coordinator* back : {&from_bits, &from_runs}) {
+      while (!back->ledger().exhausted()) (void)back->commit_step(300);
+      expect_clean(*back, 2);
     }
   }
 }
 
 TEST(Coordinator, RestoreRejectsBadCoverageRuns) {
   const auto o = opts(200, 10, true);
-  Job job(o, 2);
-  Coordinator c(o, 2);
-  job.receive(c.grant(job.demand(0)));
-  for (int s = 0; s < 3; ++s) job.step(c, s);
+  Coordinator c(o);
+  for (int s = 0; s < 3; ++s) (void)c.commit_step(17);
   const CoordinatorBlob good = CoordinatorBlob::parse(c.serialize());
   ASSERT_EQ(good.open.size(), 1U);
-  ASSERT_NO_THROW((void)Coordinator::restore(good.write(2, 200), 2));
-  ASSERT_NO_THROW((void)Coordinator::restore(good.write(1, 200), 2));
+  ASSERT_NO_THROW((void)Coordinator::restore(good.write(true, 200)));
+  ASSERT_NO_THROW((void)Coordinator::restore(good.write(false, 200)));
   const std::int64_t committed = good.open[0].committed;
   auto with_runs = [&](std::vector<IndexRange> runs, std::int64_t count) {
     CoordinatorBlob b = good;
     b.open[0].runs = std::move(runs);
     b.open[0].committed = count;
-    return b.write(2, 200);
+    return b.write(true, 200);
   };
   const std::int64_t half = committed / 2;
   // Right count, bad runs; then good runs, wrong count.
@@ -740,86 +663,120 @@ TEST(Coordinator, RestoreRejectsBadCoverageRuns) {
                                                                {{201 - committed, 201}},                // past N
                                                                {{-1, committed - 1}},                   // negative
                                                                {{3, 3}, {10, 10 + committed}}}) {       // empty run
-    EXPECT_THROW((void)Coordinator::restore(with_runs(runs, committed), 2), antdt::CheckpointError);
+    EXPECT_THROW((void)Coordinator::restore(with_runs(runs, committed)), antdt::CheckpointError);
   }
-  EXPECT_THROW((void)Coordinator::restore(with_runs({{0, committed}}, committed + 1), 2), antdt::CheckpointError);
-  EXPECT_NO_THROW((void)Coordinator::restore(with_runs({{0, committed}}, committed), 2));
+  EXPECT_THROW((void)Coordinator::restore(with_runs({{0, committed}}, committed + 1)), antdt::CheckpointError);
+  EXPECT_NO_THROW((void)Coordinator::restore(with_runs({{0, committed}}, committed)));
   CoordinatorBlob twice = good;
   twice.open.push_back(twice.open[0]);
-  EXPECT_THROW((void)Coordinator::restore(twice.write(2, 200), 2), antdt::CheckpointError);
-  auto v3 = good.write(2, 200);
-  v3[8] = std::byte{3};
-  EXPECT_THROW((void)Coordinator::restore(v3, 2), antdt::CheckpointError);
+  EXPECT_THROW((void)Coordinator::restore(twice.write(true, 200)), antdt::CheckpointError);
+  auto unknown = good.write(true, 200);
+  unknown[12 + 8 + good.ledger.size() + 8 + good.done.size() * sizeof(Coordinator::EpochCoverage) + 8 + 24] =
+      std::byte{7};  // the encoding byte
+  EXPECT_THROW((void)Coordinator::restore(unknown), antdt::CheckpointError);
 }
 
-// 10^6 shards, two open epochs, failures and a dropped rank, checkpointed and restored on the
-// same world size (the resumed run takes exactly the indices the uninterrupted one does) and
-// on another (every sample of every epoch still once). Speed is measured by
-// antdt-bench-dds section [4], not here.
+TEST(Coordinator, ShardsCommittedInPartsCountOnceWholeAndRestoreRejectsBadParts) {
+  // Shuffled within shards of 10, steps of 7: every step ends inside a shard.
+  const auto o = opts(100, 10, true, 2, true);
+  Coordinator c(o);
+  for (int s = 0; s < 4; ++s) (void)c.commit_step(7);
+  const CoordinatorBlob good = CoordinatorBlob::parse(c.serialize());
+  ASSERT_EQ(good.open.size(), 1U);
+  ASSERT_EQ(good.open[0].pending.size(), 1U) << "positions 20..27 of the epoch: one shard in part";
+  EXPECT_EQ(good.open[0].pending[0].positions, (std::vector<IndexRange>{{0, 8}}));
+  EXPECT_EQ(CoordinatorBlob::covered(good.open[0], c.ledger().map()).size(), 28U);
+  auto with_pending = [&](std::vector<CoordinatorBlob::Pending> pending, std::int64_t count) {
+    CoordinatorBlob b = good;
+    b.open[0].pending = std::move(pending);
+    b.open[0].committed = count;
+    return b.write(true, 100);
+  };
+  const std::int64_t shard = good.open[0].pending[0].shard;
+  EXPECT_NO_THROW((void)Coordinator::restore(with_pending({{shard, {{0, 3}, {5, 8}}}}, 26)));
+  for (const auto& [pending, count] : std::vector<std::pair<std::vector<CoordinatorBlob::Pending>, std::int64_t>>{
+           {{{shard, {{0, 3}, {3, 8}}}}, 28},              // touching parts: not joined
+           {{{shard, {{5, 8}, {0, 3}}}}, 26},              // out of order
+           {{{shard, {{0, 11}}}}, 31},                     // past the shard
+           {{{shard, {{0, 10}}}}, 30},                     // the whole shard: it is not pending
+           {{{shard, {}}}, 20},                            // no parts
+           {{{shard, {{0, 8}}}, {shard, {{9, 10}}}}, 29},  // the same shard twice
+           {{{10, {{0, 1}}}}, 21},                         // not a shard
+           {{{shard, {{0, 8}}}}, 29}}) {                   // the count does not add up
+    EXPECT_THROW((void)Coordinator::restore(with_pending(pending, count)), antdt::CheckpointError);
+  }
+  // The rest of the run: each shard's indices once, whether marked whole or in parts.
+  Coordinator back = Coordinator::restore(c.serialize());
+  while (!back.ledger().exhausted()) (void)back.commit_step(7);
+  expect_clean(back, 2);
+  // A part committed twice is duplicated once per position, found while the shard is still pending.
+  Coordinator twice(o);
+  (void)twice.commit_step(7);
+  CoordinatorBlob replay = CoordinatorBlob::parse(twice.serialize());
+  replay.ledger = Coordinator(o).ledger().serialize();  // the ledger of before the step
+  Coordinator bad = Coordinator::restore(replay.write(true, 100));
+  while (!bad.ledger().exhausted()) (void)bad.commit_step(7);
+  ASSERT_EQ(bad.coverage().size(), 2U);
+  EXPECT_EQ(bad.coverage()[0].duplicated, 7);
+  EXPECT_EQ(bad.coverage()[0].missing, 0);
+}
+
+// 10^6 shards, two open epochs (carried positions keep the first open), checkpointed and
+// restored: the resumed run trains exactly what the uninterrupted one does. Speed is measured
+// by antdt-bench-dds section [4], not here.
 TEST(Coordinator, OneMillionShardCheckpointRoundTripsExactly) {
-  auto o = opts(2'000'003, 2, true, 3);
-  const int world = 48;
-  constexpr std::int64_t kDemand = 150;  // an epoch in about 50 steps
-  Job straight(o, world);
-  straight.base_demand = kDemand;
-  Coordinator c(o, world);
-  straight.receive(c.grant(straight.demand(0)));
+  const auto o = opts(2'000'003, 2, true, 3, true);
+  constexpr std::int64_t kBatch = 48 * 150;  // an epoch in about 280 steps
+  Coordinator c(o);
   ASSERT_EQ(c.ledger().map().num_shards(), 1'000'002);
+  Steps straight(o);
+  const auto undone_at = [](int k) {
+    return k % 97 == 3 ? std::vector<BatchRange>{{5, 700}, {kBatch - 9, kBatch}} : std::vector<BatchRange>{};
+  };
   int s = 0;
-  while (c.ledger().counts().size() < 2) straight.step(c, s++);
-  for (int k = 0; k < 3; ++k) straight.step(c, s++, k == 1 ? std::vector<int>{7} : std::vector<int>{});
-  (void)c.fail_rank(5);
-  straight.clients[5].clear();
-  straight.receive(c.grant(straight.demand(s)));
+  while (c.ledger().stream().cursor() + kBatch <= o.dataset_size) straight.step(c, kBatch, undone_at(s++));
+  // The step that crosses into epoch 1 leaves positions of epoch 0 undone: two epochs are open.
+  straight.step(c, kBatch, std::vector<BatchRange>{{5, 700}, {kBatch - 9, kBatch}});
+  ++s;
+  ASSERT_EQ(c.ledger().counts().size(), 2U);
   const int cut = s;
   const auto bytes = c.serialize();
-  // Each open epoch's coverage is saved as runs or as the raw bitmap, whichever is smaller.
   const CoordinatorBlob blob = CoordinatorBlob::parse(bytes);
   ASSERT_EQ(blob.open.size(), 2U);
   EXPECT_LE(bytes.size(), blob.ledger.size() + 2 * (o.dataset_size / 8 + 8) + 1024);
+  EXPECT_LE(blob.ledger.size(), 200U);
 
-  Coordinator back = Coordinator::restore(bytes, world);
+  Coordinator back = Coordinator::restore(bytes);
   EXPECT_EQ(back.coverage(), c.coverage());
+  EXPECT_EQ(back.ledger().counts(), c.ledger().counts());
   const auto again = back.serialize();
-  EXPECT_EQ(Coordinator::restore(again, world).serialize(), again);
-  const auto before = c.ledger().counts(), after = back.ledger().counts();
-  ASSERT_EQ(after.size(), before.size());
-  for (std::size_t i = 0; i < before.size(); ++i) {
-    EXPECT_EQ(after[i].epoch, before[i].epoch);
-    EXPECT_EQ(after[i].done, before[i].done);
-    EXPECT_EQ(after[i].doing_remaining, 0);
-    EXPECT_EQ(after[i].todo, before[i].todo + before[i].doing_remaining);
-  }
-  for (int r = 0; r < world; ++r) EXPECT_EQ(back.ledger().reserved(r), c.ledger().held(r)) << "rank " << r;
-
-  Job resumed(o, world);
-  resumed.base_demand = kDemand;
-  resumed.receive(back.grant(resumed.demand(cut)));
-  for (int k = cut; !c.ledger().exhausted(); ++k) straight.step(c, k);
-  for (int k = cut; !back.ledger().exhausted(); ++k) resumed.step(back, k);
-  for (int r = 0; r < world; ++r) {
-    const auto& full = straight.trace[static_cast<std::size_t>(r)];
-    const auto& tail = resumed.trace[static_cast<std::size_t>(r)];
-    ASSERT_LE(tail.size(), full.size());
-    EXPECT_TRUE(std::equal(tail.rbegin(), tail.rend(), full.rbegin())) << "rank " << r << " after the restore";
-  }
+  EXPECT_EQ(Coordinator::restore(again).serialize(), again);
+  Steps resumed(o);
+  resumed.stream = back.ledger().stream();
+  const std::size_t trained_before = straight.trained.size();
+  for (int k = cut; !c.ledger().exhausted(); ++k) straight.step(c, kBatch, undone_at(k));
+  for (int k = cut; !back.ledger().exhausted(); ++k) resumed.step(back, kBatch, undone_at(k));
+  EXPECT_TRUE(std::equal(resumed.trained.begin(), resumed.trained.end(),
+                         straight.trained.begin() + static_cast<std::ptrdiff_t>(trained_before),
+                         straight.trained.end()))
+      << "the resumed run trains exactly the rest of the uninterrupted one";
   EXPECT_EQ(back.coverage(), c.coverage());
-  ASSERT_EQ(back.coverage().size(), 3U);
-  for (const auto& cov : back.coverage()) {
-    EXPECT_EQ(cov.committed, o.dataset_size);
-    EXPECT_EQ(cov.missing, 0);
-    EXPECT_EQ(cov.duplicated, 0);
-  }
+  expect_clean(back, 3);
+}
 
-  Coordinator elastic = Coordinator::restore(bytes, 31);
-  Job other(o, 31);
-  other.base_demand = kDemand;
-  other.receive(elastic.grant(other.demand(cut)));
-  for (int k = cut; !elastic.ledger().exhausted(); ++k) other.step(elastic, k);
-  ASSERT_EQ(elastic.coverage().size(), 3U);
-  for (const auto& cov : elastic.coverage()) {
-    EXPECT_EQ(cov.committed, o.dataset_size);
-    EXPECT_EQ(cov.missing, 0);
-    EXPECT_EQ(cov.duplicated, 0);
-  }
+TEST(Wire, RangesRoundTripAndShortOrBadBuffersThrow) {
+  const std::vector<BatchRange> undone{{0, 3}, {7, 9}};
+  antdt::detail::ByteWriter w;
+  encode_ranges(undone, w);
+  EXPECT_EQ(w.bytes().size(), 8 + undone.size() * kRangeWireBytes);
+  antdt::detail::ByteReader r(w.bytes());
+  EXPECT_EQ(decode_batch_ranges(r), undone);
+  EXPECT_TRUE(r.done());
+  const auto bytes = w.take();
+  antdt::detail::ByteReader short_in{std::span<const std::byte>(bytes).first(bytes.size() - 1)};
+  EXPECT_THROW((void)decode_batch_ranges(short_in), antdt::Error);
+  antdt::detail::ByteWriter bad;
+  encode_ranges(std::vector<StreamRange>{{9, 3}}, bad);
+  antdt::detail::ByteReader bad_in(bad.bytes());
+  EXPECT_THROW((void)decode_stream_ranges(bad_in), antdt::Error);
 }

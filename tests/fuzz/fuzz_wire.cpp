@@ -1,7 +1,7 @@
-// Fuzz target wire: the control-message decoders. Byte 0 picks the decoder (decode_grants,
-// then a Client fed with the grants; decode_plan; the step protocol's StepReport, StepReply,
-// then an Agent applying it, and ResumeState); the rest is the message. A message that decodes
-// must encode back to the bytes the decoder consumed.
+// Fuzz target wire: the control-message decoders. Byte 0 picks the decoder (the DDS ranges
+// of a reply, then a StepStream carrying them as a step's undone part; decode_plan; the step protocol's StepReport,
+// StepReply, then an Agent applying it, and ResumeState); the rest is the message. A message that decodes must encode
+// back to the bytes the decoder consumed.
 #include <vector>
 
 #include "agent/agent.hpp"
@@ -32,13 +32,16 @@ void run(std::span<const std::byte> input) {
   options.shard_size = 10;
   switch (byte_at(input, 0) % 5) {
     case 0: {
-      const auto grants = dds::decode_grants(in);
-      dds::encode_grants(grants, out);
-      require_prefix(out.bytes(), message, "encode_grants(decode_grants(x)) is not a prefix of x");
-      // What a rank does with a reply: keep its own grants and take sample indices from them.
-      dds::Client client(options);
-      client.add(grants, 0);
-      (void)client.take(16);
+      const auto undone = dds::decode_batch_ranges(in);
+      dds::encode_ranges(undone, out);
+      require_prefix(out.bytes(), message, "encode_ranges(decode_batch_ranges(x)) is not a prefix of x");
+      // What a rank does with a reply: carry the step's undone part, then take the next batch's
+      // indices. A bad list may be refused, with an antdt::Error.
+      dds::StepStream stream(options.dataset_size, 2);
+      const dds::StepBatch batch = stream.next(16);
+      stream.advance(batch, undone);
+      const dds::StepBatch next = stream.next(16);
+      (void)dds::ShardMap(options).indices(next, 0, next.size());
       break;
     }
     case 1: {

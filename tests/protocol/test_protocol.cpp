@@ -35,7 +35,8 @@ struct Job {
   std::unique_ptr<StepCoordinator> coordinator;
 
   Job(std::vector<double> speeds, std::int64_t n, std::int64_t batch, std::int64_t epochs, const std::string& policy,
-      int backup_workers = 0, EmulationOptions extra = {}, std::int64_t cap = 5, double first_chunk = 0.0)
+      int backup_workers = 0, EmulationOptions extra = {}, std::int64_t cap = 5, double first_chunk = 0.0,
+      PoolMechanism mechanism = PoolMechanism::counter)
       : emulation(std::move(extra)), clocks(speeds.size()) {
     const int p = static_cast<int>(speeds.size());
     ledger.dataset_size = n;
@@ -56,6 +57,7 @@ struct Job {
     options.pool.pooled = policy_pools(policy);
     options.pool.backup_workers = backup_workers;
     options.pool.first_chunk = first_chunk;
+    options.pool.mechanism = mechanism;
     emulation.speeds = std::move(speeds);
     emulation.virtual_seconds_per_sample = 1e-3;
     coordinator = std::make_unique<StepCoordinator>(options, ledger, equal_plan(batch, options.controller.caps));
@@ -69,6 +71,20 @@ struct Job {
 
   void apply(const StepDecision& d) {
     for (std::size_t i = 0; i < agents.size(); ++i) (void)agents[i].apply(d.reply_for(static_cast<int>(i)), d.plan);
+  }
+
+  // A checkpoint of `other`'s coordinator (another job, maybe of another world size) becomes this
+  // job's state, as Session::restore does it: every rank resumes where rank 0's order stands.
+  void resume_from(const StepCoordinator& other) {
+    detail::MemoryState saved;
+    other.save(saved);
+    coordinator = std::make_unique<StepCoordinator>(StepCoordinator::restore(saved, options, ledger));
+    const protocol::ResumeState state = coordinator->resume_state();
+    for (auto& a : agents) {
+      a.reset_plan(coordinator->plans().current_ptr(), coordinator->plans().pending());
+      a.resume(state, ledger);
+    }
+    apply(coordinator->start());
   }
 
   // Every rank's step, then rank 0's decision; returns it (not yet applied).
@@ -85,6 +101,14 @@ struct Job {
     return coordinator->decide(reports);
   }
 };
+
+// Every completed epoch's indices committed once, by the coordinator's own coverage counter.
+void expect_clean_coverage(const StepCoordinator& c) {
+  for (const auto& e : c.dds().coverage()) {
+    EXPECT_EQ(e.missing, 0) << "epoch " << e.epoch;
+    EXPECT_EQ(e.duplicated, 0) << "epoch " << e.epoch;
+  }
+}
 
 std::vector<std::byte> bytes_of(const StepReply& r) {
   detail::ByteWriter w;
@@ -198,24 +222,18 @@ TEST(StepProtocol, AReportOutOfLockstepIsRejectedAndChangesNothing) {
   EXPECT_EQ(job.coordinator->committed_total(), 8);
 }
 
-TEST(StepProtocol, EachRankGetsOnlyItsOwnGrantsInAReplyWhoseSizeDoesNotGrowWithTheRanks) {
-  std::vector<std::size_t> common;
+TEST(StepProtocol, AReplyHoldsNothingPerRankAndItsSizeDoesNotGrowWithTheRanks) {
+  std::vector<std::size_t> sizes;
   for (const int p : {1, 8, 64, 512}) {
     Job job(std::vector<double>(static_cast<std::size_t>(p), 1.0), 100000, 16L * p, 0, "static");
     const StepDecision d = job.step();
-    common.push_back(protocol::encoded_size(d.reply));
-    std::size_t grants = 0;
-    for (int r = 0; r < p; ++r) {
-      const StepReply mine = d.reply_for(r);
-      for (const auto& g : mine.grants) EXPECT_EQ(g.rank, r);
-      EXPECT_LE(mine.grants.size(), 4U) << "a top-up of 16 samples from shards of 7";
-      // A rank's reply is the common part and its own grants, nothing per other rank.
-      EXPECT_EQ(protocol::encoded_size(mine), common.back() + mine.grants.size() * dds::kGrantWireBytes);
-      grants += mine.grants.size();
-    }
-    EXPECT_EQ(grants, d.grants.size()) << "every grant goes to exactly one rank";
+    ASSERT_EQ(d.reply.status, ReplyStatus::ok) << d.reply.error;
+    EXPECT_TRUE(d.reply.undone.empty()) << "every rank trained its slice";
+    EXPECT_EQ(d.reply.next_position, 16L * p) << "the next step starts B positions on";
+    sizes.push_back(protocol::encoded_size(d.reply));
+    job.apply(d);  // every rank's own stream moved past the step, as rank 0's did
   }
-  EXPECT_EQ(common.front(), common.back()) << "the common part at 512 ranks is as large as at 1";
+  EXPECT_EQ(sizes.front(), sizes.back()) << "a reply at 512 ranks is as large as at 1";
 }
 
 TEST(StepProtocol, AStopAskedByOneRankEndsTheRunForAllAtThatStepAndAResumeGoesOn) {
@@ -271,7 +289,8 @@ TEST(StepProtocol, MessagesRoundTripAndRefuseAnotherVersion) {
   reply.error = "none";
   reply.samples = 77;
   reply.loss_sum = 3.5;
-  reply.grants = {{1, 2, 3, 9, 4}};
+  reply.next_position = 1234;
+  reply.undone = {{3, 9}, {12, 20}};
   detail::ByteWriter w;
   protocol::encode(reply, w);
   EXPECT_EQ(w.bytes().size(), protocol::encoded_size(reply));
@@ -279,7 +298,8 @@ TEST(StepProtocol, MessagesRoundTripAndRefuseAnotherVersion) {
   const StepReply back = protocol::decode_reply(r);
   EXPECT_TRUE(r.done());
   EXPECT_EQ(bytes_of(back), w.bytes());
-  EXPECT_EQ(back.grants, reply.grants);
+  EXPECT_EQ(back.undone, reply.undone);
+  EXPECT_EQ(back.next_position, 1234);
   auto other = w.take();
   other[0] = std::byte{StepReply::kVersion + 1};
   detail::ByteReader bad(other);
@@ -305,8 +325,9 @@ struct PooledJob : Job {
 
   PooledJob(std::vector<double> speeds, std::int64_t n, std::int64_t batch, std::int64_t epochs, int backup,
             EmulationOptions extra = {}, std::int64_t cap = 5, double first_chunk = 0.0,
-            const std::string& policy = "nd")
-      : Job(std::move(speeds), n, batch, epochs, policy, backup, std::move(extra), cap, first_chunk) {}
+            const std::string& policy = "nd", PoolMechanism mechanism = PoolMechanism::counter)
+      : Job(std::move(speeds), n, batch, epochs, policy, backup, std::move(extra), cap, first_chunk, mechanism),
+        by_deadline(mechanism == PoolMechanism::deadline) {}
 
   // One step, pooled when its plan says so (nd: always); `done[r]`: what rank r trained.
   StepDecision step_pooled(std::vector<std::vector<std::int64_t>>* done = nullptr) {
@@ -447,9 +468,6 @@ TEST(StepProtocol, APooledStepDoesExactlyBSamplesWhoeverDidThem) {
     const StepDecision d = job.step_pooled(&done);
     ASSERT_EQ(d.reply.status, ReplyStatus::ok) << d.reply.error;
     EXPECT_EQ(d.reply.samples, 100) << "exactly B samples in step " << s;
-    for (const auto& r : done)
-      EXPECT_LE(static_cast<std::int64_t>(r.size()), 2 * pooled_claim_cap(20, 100, 5, 1))
-          << "at most what it holds: prefetch x P/(P-b) x the share";
     (s % 3 == 0 ? slowed_did : nominal_did).push_back(static_cast<std::int64_t>(done[2].size()));
     job.apply(d);
   }
@@ -508,18 +526,14 @@ TEST(StepProtocol, PooledStepsKeepEverySampleOncePerEpoch) {
       job.apply(d);
     }
     EXPECT_EQ(seen, std::vector<std::int64_t>(static_cast<std::size_t>(n), 3)) << "first chunk " << first_chunk;
-    for (const auto& c : job.coordinator->dds().coverage()) {
-      EXPECT_EQ(c.missing, 0);
-      EXPECT_EQ(c.duplicated, 0);
-    }
+    expect_clean_coverage(*job.coordinator);
   }
 }
 
 TEST(StepProtocol, APooledStepByDeadlineStopsEachRankAtThePredictedComputeTime) {
   EmulationOptions slow;
   slow.schedule = parse_schedule("2:8:0.33,2:9:1");  // rank 2 is 3x slower in step 8 only
-  PooledJob job({1, 1, 1, 1, 1}, 100000, 100, 0, 1, slow);
-  job.by_deadline = true;
+  PooledJob job({1, 1, 1, 1, 1}, 100000, 100, 0, 1, slow, 5, 0.0, "nd", PoolMechanism::deadline);
   for (int s = 0; s < 12; ++s) {
     std::vector<std::vector<std::int64_t>> done;
     const StepDecision d = job.step_pooled(&done);
@@ -538,4 +552,122 @@ TEST(StepProtocol, APooledStepByDeadlineStopsEachRankAtThePredictedComputeTime) 
     }
     job.apply(d);
   }
+}
+
+namespace {
+
+// The samples each step trained on, over all ranks, in rank order (the order of the step's
+// batch for steps that are not pooled), and the same sorted (the set its update is over).
+struct Steps {
+  std::vector<std::vector<std::int64_t>> ordered, sorted;
+  void add(const std::vector<std::vector<std::int64_t>>& by_rank) {
+    std::vector<std::int64_t> all;
+    for (const auto& r : by_rank) all.insert(all.end(), r.begin(), r.end());
+    ordered.push_back(all);
+    std::sort(all.begin(), all.end());
+    sorted.push_back(all);
+  }
+};
+
+Steps run_dedicated(Job& job, std::int64_t steps = -1) {
+  Steps out;
+  for (std::int64_t s = 0; !job.coordinator->finished() && s != steps; ++s) {
+    std::vector<std::vector<std::int64_t>> used;
+    const StepDecision d = job.step(&used);
+    EXPECT_EQ(d.reply.status, ReplyStatus::ok) << d.reply.error;
+    out.add(used);
+    job.apply(d);
+  }
+  return out;
+}
+
+Steps run_pooled(PooledJob& job) {
+  Steps out;
+  while (!job.coordinator->finished()) {
+    std::vector<std::vector<std::int64_t>> done;
+    const StepDecision d = job.step_pooled(&done);
+    EXPECT_EQ(d.reply.status, ReplyStatus::ok) << d.reply.error;
+    out.add(done);
+    job.apply(d);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(StepProtocol, AStepsSamplesDependOnTheDataOrderAloneNotOnThePolicyOrTheWorldSize) {
+  // 211 samples in shards of 7, B = 24, three epochs: steps cross shards and epochs, and the
+  // last step is short. Reference: one rank.
+  const std::int64_t n = 211, b = 24;
+  Job one({1}, n, b, 3, "static");
+  const Steps reference = run_dedicated(one);
+  ASSERT_EQ(static_cast<std::int64_t>(reference.sorted.size()), (3 * n + b - 1) / b);
+  EXPECT_EQ(reference.sorted.back().size(), static_cast<std::size_t>(3 * n % b)) << "only max_epochs cuts a step";
+  for (const std::size_t p : {2U, 3U, 4U}) {
+    Job job(std::vector<double>(p, 1.0), n, b, 3, "static");
+    EXPECT_EQ(run_dedicated(job).ordered, reference.ordered) << p << " ranks cut the same batch into slices";
+  }
+  // dd on uneven speeds changes the split mid-run: the slices move, the batches do not.
+  Job dd({1, 0.5, 1, 0.25}, n, b, 3, "dd");
+  EXPECT_EQ(run_dedicated(dd).ordered, reference.ordered);
+  EXPECT_GE(dd.coordinator->controller().history().size(), 2U) << "dd changed the plan";
+  // A counter pool: whoever claims a chunk, the chunks are the step's own positions.
+  EmulationOptions noisy;
+  noisy.transient_probability = 0.3;
+  noisy.transient_factor = 4;
+  noisy.transient_steps = 1;
+  noisy.seed = 3;
+  PooledJob nd({1, 0.5, 1}, n, b, 3, 1, noisy);
+  EXPECT_EQ(run_pooled(nd).sorted, reference.sorted);
+  EXPECT_EQ(nd.coordinator->altered_steps(), 0);
+}
+
+TEST(StepProtocol, AResumeOnAnotherWorldSizeRunsTheUncommittedStepsWithTheSameSamples) {
+  const std::int64_t n = 211, b = 24;
+  Job one({1}, n, b, 3, "static");
+  const Steps reference = run_dedicated(one);
+  for (const std::size_t after : {1U, 2U, 4U}) {
+    Job before({1, 0.5, 1}, n, b, 3, "dd");
+    Steps run = run_dedicated(before, 11);  // a checkpoint after step 10; the job then dies
+    Job resumed(std::vector<double>(after, 1.0), n, b, 3, "dd");
+    resumed.resume_from(*before.coordinator);
+    const Steps rest = run_dedicated(resumed);
+    run.ordered.insert(run.ordered.end(), rest.ordered.begin(), rest.ordered.end());
+    EXPECT_EQ(run.ordered, reference.ordered) << "3 ranks, then " << after;
+    expect_clean_coverage(*resumed.coordinator);
+  }
+}
+
+TEST(StepProtocol, ADeadlinePoolCarriesWhatASlowedRankLeftUndoneIntoTheNextStep) {
+  EmulationOptions slow;
+  slow.schedule = parse_schedule("2:8:0.33,2:9:1");  // rank 2 is 3x slower in step 8 only
+  PooledJob job({1, 1, 1, 1, 1}, 1000, 100, 2, 1, slow, 5, 0.0, "nd", PoolMechanism::deadline);
+  const dds::ShardMap map(job.ledger);
+  std::vector<std::int64_t> left;  // the samples of rank 2's slice it did not reach in step 8
+  std::vector<std::int64_t> seen(1000, 0);
+  std::int64_t short_steps = 0;
+  for (std::int64_t s = 0; !job.coordinator->finished(); ++s) {
+    std::vector<std::vector<std::int64_t>> done;
+    const StepDecision d = job.step_pooled(&done);
+    ASSERT_EQ(d.reply.status, ReplyStatus::ok) << d.reply.error;
+    for (const auto& r : done)
+      for (auto i : r) ++seen[static_cast<std::size_t>(i)];
+    if (s == 8) {
+      const auto c = static_cast<std::int64_t>(done[2].size());
+      ASSERT_LT(c, 20);
+      ASSERT_EQ(d.reply.undone, (std::vector<dds::BatchRange>{{40 + c, 60}})) << "the tail of rank 2's slice";
+      for (std::int64_t p = 800 + 40 + c; p < 860; ++p) left.push_back(map.index_at(p));
+    }
+    if (s == 9) {
+      // The carried positions come first in the next batch: rank 0's slice begins with them.
+      ASSERT_GE(done[0].size(), left.size());
+      EXPECT_TRUE(std::equal(left.begin(), left.end(), done[0].begin()));
+      EXPECT_EQ(d.reply.samples, 100) << "and the step still holds B";
+    }
+    short_steps += d.reply.undone.empty() ? 0 : 1;
+    job.apply(d);
+  }
+  EXPECT_EQ(seen, std::vector<std::int64_t>(1000, 2)) << "every sample once per epoch all the same";
+  EXPECT_GE(short_steps, 1);
+  EXPECT_EQ(job.coordinator->altered_steps(), short_steps);
 }
