@@ -8,19 +8,16 @@ One class per example, each with its uninterrupted reference run (2 ranks, --pol
     which forwards it): exit code 76 and a checkpoint of the step it stopped at; resumed on 3
     ranks, it finishes with every sample trained once per epoch;
   - a rank killed with SIGKILL (--fail-at-step, or kill -9 from here) and the run resumed on 2
-    ranks: its final parameters are bit-identical to the reference's (the examples sum their
-    gradients in fixed point, so a step's update depends only on which samples it holds).
+    ranks.
+Either way the final parameters are bit-identical to the reference's: a step's samples are fixed
+by the data order alone (docs/dds.md), whatever the number of ranks, and the examples sum their
+gradients in fixed point, so a step's update depends only on which samples it holds.
 Every sample once per epoch is counted here from each rank's --sample-log, not from antdt's
 counters; a resumed run continues from a checkpoint of step K, so the interrupted run counts
 up to K and the resumed one from K on (test_faults.assert_exactly_once).
-
-Until issue 29 lands (a step's samples fixed by the epoch's order alone), a run resumed on
-another number of ranks trains other steps than the reference, so only its closeness to the
-reference is asserted: see AFTER_ISSUE_29.
 """
 import glob
 import json
-import math
 import os
 import re
 import shutil
@@ -36,10 +33,6 @@ from test_faults import (assert_exactly_once, finish, logged_steps, rank_pids, r
                          wait_for_step)
 
 EXIT_STOPPED = 76
-# Issue 29 (a step's global batch defined by the epoch's order) makes a resume on another world
-# size bit-identical too. Once it has landed, set this to True: the cross-world-size resumes are
-# then held to the reference's checksum instead of closeness.
-AFTER_ISSUE_29 = False
 
 
 def start(np, program, args):
@@ -60,10 +53,6 @@ def state(path, name):
     return [float(v) for v in data.replace(",", " ").split()]
 
 
-def relative_distance(a, b):
-    return math.sqrt(sum((x - y) ** 2 for x, y in zip(a, b)) / sum(x * x for x in a))
-
-
 class Example:
     """The tests every example passes; a subclass names the program and its run."""
     program = params = None
@@ -71,7 +60,6 @@ class Example:
     samples = batch = epochs = 0
     more = ()  # the example's own options
     slow = 0.0  # --virtual-device seconds per sample, so that a signal lands mid-run
-    closeness = 0.0  # most relative L2 distance from the reference after a resume on 3 ranks
 
     @classmethod
     def setUpClass(cls):
@@ -115,18 +103,11 @@ class Example:
         return self.finished(np, name, ["--sample-log", self.path(log)], resume=True)
 
     def assert_as_reference(self, s, np):
-        """A run resumed on `np` ranks ends where the uninterrupted run does."""
-        if np == self.np or AFTER_ISSUE_29:
-            self.assertEqual(s["parameter_checksum"], self.ref["parameter_checksum"],
-                             "resumed on %d ranks: the final parameters must be bit-identical" % np)
-            self.assertEqual(s["params"], self.ref["params"])
-            return
-        # AFTER_ISSUE_29: until then the steps after a resume on another world size hold other
-        # samples than the reference's, so the run only ends near it.
-        distance = relative_distance(self.ref["params"], s["params"])
-        print("%s: resumed on %d ranks, %.3g from the reference (relative L2)" % (self.program, np, distance),
-              file=sys.stderr)
-        self.assertLess(distance, self.closeness)
+        """A run resumed on `np` ranks (the reference's number or another) ends bit-identical to
+        the uninterrupted run: every step held the reference's samples."""
+        self.assertEqual(s["parameter_checksum"], self.ref["parameter_checksum"],
+                         "resumed on %d ranks: the final parameters must be bit-identical" % np)
+        self.assertEqual(s["params"], self.ref["params"])
 
     def stop_and_resume(self, send):
         """Stops a run on 2 ranks mid-run with `send(job, pids)`; resumes it on 3."""
@@ -169,7 +150,6 @@ class LeastSquares(Example, unittest.TestCase):
     params = "model/wb"
     samples, batch, epochs = 1000, 40, 3
     slow = 0.0005  # 10 ms steps
-    closeness = 1e-2  # measured about 1e-3: the fit heads for the true weights from any path
 
     def test_sigterm_to_every_rank_stops_with_76_and_resumes_on_3_ranks(self):
         self.stop_and_resume(lambda job, pids: [os.kill(p, signal.SIGTERM) for p in pids.values()])
@@ -189,7 +169,6 @@ class MlpAdam(Example, unittest.TestCase):
     params = "model/params"
     samples, batch, epochs = 2048, 64, 3
     slow = 0.0002  # 6.4 ms steps
-    closeness = 0.2  # measured 0.02 (0.1 for a run killed early on 3 ranks and resumed on 2)
 
     def test_sigusr1_to_mpirun_stops_with_76_and_resumes_on_3_ranks(self):
         self.stop_and_resume(lambda job, pids: os.kill(job.pid, signal.SIGUSR1))
