@@ -378,7 +378,9 @@ def main(ckpt, mode):
             job.request_stop()
         if mode == "signal":
             time.sleep(0.01)
-    print("rank", job.rank, "after", job.step, "stopped", job.stopped, "code", job.exit_code, flush=True)
+    # One write per line: mpirun interleaves the ranks' writes, and print(a, b, ...) makes several.
+    sys.stdout.write(f"rank {job.rank} after {job.step} stopped {job.stopped} code {job.exit_code}\\n")
+    sys.stdout.flush()
     return job.exit_code
 sys.exit(antdt.run_main(main, sys.argv[1], sys.argv[2], program="stop"))
 """
