@@ -1,5 +1,5 @@
 // antdt-sim: the real step code at any scale, without MPI or GPUs. One Agent per simulated rank
-// and the real StepCoordinator (DDS ledger, grants, coverage counters, Monitor, Controller,
+// and the real StepCoordinator (DDS ledger and data order, coverage counters, Monitor, Controller,
 // planner), with modelled compute (b * c / speed_i, transients, jitter) and a modelled network
 // of its own. Reports, per policy, efficiency against the ideal sum of standalone throughputs,
 // idle fraction, plan changes, duplicated/missing samples, control bytes and the coordinator's
@@ -159,7 +159,8 @@ int run(int argc, char** argv) {
   app.add_option("--shard-size", config.shard_size, "DDS shard length (0: about 10 per-rank shares)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  app.add_option("--prefetch-steps", config.prefetch_steps, "Grants this many steps ahead")
+  app.add_option("--prefetch-steps", config.prefetch_steps,
+                 "No effect (every rank computes its steps from the data order)")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
   app.add_option("--policy", policies,

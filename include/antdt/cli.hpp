@@ -292,7 +292,9 @@ inline void add_job_options(CLI::App& app, JobOptions& o) {
                     "Also shuffle the order of the samples inside each shard (off: contiguous reads within a shard)"))
       ->group(sched)
       ->capture_default_str();
-  last(app.add_option("--prefetch-steps", s.prefetch_steps, "Grant shards this many steps ahead"))
+  last(app.add_option(
+           "--prefetch-steps", s.prefetch_steps,
+           "No effect (every rank computes its steps from the data order); kept so that older command lines parse"))
       ->group(sched)
       ->check(in_range<int>(1, 64))
       ->capture_default_str();

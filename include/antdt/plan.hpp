@@ -50,7 +50,7 @@ struct Plan {
 
 // Non-dedicated (pooled) steps, docs/nd.md: every rank claims micro-chunks of the step's
 // global batch from a pool until B are claimed. The plan's b_i is then rank i's expected share:
-// it sizes its chunks and its grants, and caps what it may claim.
+// it sizes its chunks, and under a deadline it is the rank's own slice, all it may train.
 //
 // How a rank learns that B is done (docs/nd.md):
 //  - counter: every chunk is claimed from one counter on rank 0 (MPI one-sided atomics), so a
@@ -60,8 +60,8 @@ struct Plan {
 //    speeds and sends that compute-time deadline with the reply; each rank computes chunks of
 //    its provisioned share until the deadline. A rank slowed this step contributes what it
 //    finished by then (the step does fewer than B, the update stays exact); what it did not
-//    reach stays in its grants for the next step. No communication during the step: what a
-//    job across nodes uses.
+//    reach is carried to the front of the next step's batch. No communication during the step:
+//    what a job across nodes uses.
 
 struct PoolOptions {
   bool pooled = false;       // the job may pool steps (nd, auto): its pool exists; Plan::pooled says which do

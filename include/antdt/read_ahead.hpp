@@ -13,7 +13,7 @@
 //
 // The guess is checked, not trusted: fill() uses the read-ahead rows only for the longest
 // prefix they share with the samples asked for, and reads the rest then. A plan change that
-// resizes this rank's batch, or grants cleared by a restore, cost a read, never a wrong row.
+// resizes this rank's slice, or a restore, costs a read, never a wrong row.
 #pragma once
 
 #include <cstdint>

@@ -24,7 +24,7 @@ class StaticPolicy final : public PolicyPlugin {
 };
 
 // nd (AntDT-ND, docs/nd.md): steps are pooled, so transient slowness is absorbed within the
-// step by the other ranks' claims; the shares (which size chunks and grants) follow dd's
+// step by the other ranks' claims; the shares (which size chunks) follow dd's
 // rebalancing of deterministic and persistent slowness; lasting contention (a persistent
 // straggler) ends in a kill-restart when that pays (Controller::consider_restart).
 class NdPolicy final : public detail::DdPolicy {

@@ -101,7 +101,7 @@ class StepCoordinator {
   // something has been measured.
   void set_restart_seconds(double seconds) noexcept { restart_seconds_ = seconds; }
   // Profiling only: a clock the coordinator reads around its DDS work (commit, coverage,
-  // grants) and around the Controller to add up dds_seconds() and controller_seconds().
+  // carrying) and around the Controller to add up dds_seconds() and controller_seconds().
   // Decisions never depend on it.
   void set_profiling_clock(std::function<double()> clock) { clock_ = std::move(clock); }
   [[nodiscard]] double dds_seconds() const noexcept { return dds_seconds_; }
