@@ -30,6 +30,7 @@
 #include "core/error_kind.hpp"
 #include "job/agree.hpp"
 #include "job/job_access.hpp"
+#include "job/restart_records.hpp"
 #include "train/options.hpp"
 #include "train/trainer.hpp"
 
@@ -287,7 +288,14 @@ int run(TrainOptions& o, std::chrono::steady_clock::time_point started) {
                     << (detail::is_page_locked(t.batch.features.data()) ? "; batches in page-locked host memory" : "");
   }
   t.attach();
-  while (job.next_step()) t.step();
+  try {
+    while (job.next_step()) t.step();
+  } catch (const StallError& e) {
+    // Exit 5: the stalled ranks' nodes go to the exclude file, and the sbatch script's
+    // resubmission leaves them out (here until the Job does it for every program).
+    detail::record_stalled_nodes(expand_job_id(o.job.checkpoint.dir, launch.job_id), e);
+    throw;
+  }
   return job.exit_code();
 }
 

@@ -6,6 +6,8 @@
 #include <exception>
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace antdt {
 
@@ -49,11 +51,21 @@ class CheckpointError : public FileError {
 // within the step timeout (SessionOptions::step_timeout_seconds). Every live rank throws it, so
 // none waits forever. first_hand() is true on the rank that saw the stall itself (rank 0 names
 // the ranks that did not arrive; a rank that heard nothing from rank 0 names rank 0); false
-// on a rank that only heard of it from rank 0, which need not repeat the message.
+// on a rank that only heard of it from rank 0, which need not repeat the message. nodes(): the
+// stalled ranks' node names, each once, where rank 0 named the ranks that did not arrive; empty
+// when they are not known (a rank that heard nothing from rank 0 cannot tell whether rank 0 or
+// a rank it waits for stalled), so a healthy node is never among them.
 class StallError : public Error {
  public:
-  StallError(const std::string& what, bool first_hand) : Error(what) { set_shared(shared(), !first_hand); }
+  StallError(const std::string& what, bool first_hand, std::vector<std::string> nodes = {})
+      : Error(what), nodes_(std::move(nodes)) {
+    set_shared(shared(), !first_hand);
+  }
   [[nodiscard]] bool first_hand() const noexcept { return !heard(); }
+  [[nodiscard]] const std::vector<std::string>& nodes() const noexcept { return nodes_; }
+
+ private:
+  std::vector<std::string> nodes_;
 };
 
 // A write that failed once it was under way: an output or checkpoint file that could not be

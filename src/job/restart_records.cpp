@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "antdt/error.hpp"
+#include "antdt/log.hpp"
 
 namespace antdt::detail {
 
@@ -18,6 +19,20 @@ double wall_clock() {
 }
 
 std::string in(const std::string& dir, const char* file) { return (std::filesystem::path(dir) / file).string(); }
+
+// Appends each of `lines` the exclude file does not hold yet; false when that fails.
+bool add_to_exclude(const std::string& exclude, const std::vector<std::string>& lines) {
+  std::set<std::string> known;
+  if (std::ifstream e(exclude); e) {
+    for (std::string line; std::getline(e, line);)
+      if (!line.empty()) known.insert(line);
+  }
+  std::ofstream e(exclude, std::ios::app);
+  for (const auto& line : lines)
+    if (known.insert(line).second) e << line << "\n";
+  e.close();
+  return static_cast<bool>(e);
+}
 
 }  // namespace
 
@@ -47,25 +62,25 @@ double note_relaunch(const std::string& dir) {
 
 void record_restart_exit(const std::string& dir, const RestartDecision& decision) {
   const std::string exclude = in(dir, kRestartExcludeFile), pending = in(dir, kRestartPendingFile);
-  std::set<std::string> known;
-  if (std::ifstream e(exclude); e) {
-    for (std::string line; std::getline(e, line);)
-      if (!line.empty()) known.insert(line);
+  std::vector<std::string> lines = decision.nodes;
+  if (lines.empty()) {
+    for (const int r : decision.ranks) lines.push_back("rank " + std::to_string(r));
   }
-  std::ofstream e(exclude, std::ios::app);
-  if (decision.nodes.empty()) {
-    for (const int r : decision.ranks)
-      if (known.insert("rank " + std::to_string(r)).second) e << "rank " << r << "\n";
-  } else {
-    for (const auto& node : decision.nodes)
-      if (known.insert(node).second) e << node << "\n";
-  }
+  const bool excluded = add_to_exclude(exclude, lines);
   std::ofstream p(pending, std::ios::trunc);
   p.precision(17);
   p << wall_clock() << "\n";
-  e.close();
   p.close();
-  if (!e || !p) throw FileError("cannot write the restart records in " + dir + " (" + exclude + ", " + pending + ")");
+  if (!excluded || !p)
+    throw FileError("cannot write the restart records in " + dir + " (" + exclude + ", " + pending + ")");
+}
+
+void record_stalled_nodes(const std::string& dir, const StallError& stall) {
+  if (dir.empty() || !stall.first_hand() || stall.nodes().empty()) return;
+  const std::string exclude = in(dir, kRestartExcludeFile);
+  if (!add_to_exclude(exclude, stall.nodes())) {
+    ANTDT_LOG(warn) << "cannot write " << exclude << ": the stalled nodes are not left out of a resubmission";
+  }
 }
 
 }  // namespace antdt::detail

@@ -28,6 +28,14 @@ std::string seconds_text(double s) {
   return t;
 }
 
+// The node in a rank's name, "rank 3 (node n2)" -> "n2"; empty when the name has none.
+std::string node_in(const std::string& name) {
+  const std::string tag = " (node ";
+  const auto at = name.find(tag);
+  if (at == std::string::npos || name.back() != ')') return {};
+  return name.substr(at + tag.size(), name.size() - at - tag.size() - 1);
+}
+
 }  // namespace
 
 double steady_seconds() {
@@ -109,11 +117,15 @@ void StepGate::pass_root(std::int64_t step) {
   std::string who;
   for (std::size_t i = 0; i < std::min(missing.size(), kNamedAtMost); ++i)
     who += (i == 0 ? "" : ", ") + name_(missing[i]);
+  std::vector<std::string> nodes;  // every stalled rank's node, each once
+  for (const int r : missing)
+    if (auto n = node_in(name_(r)); !n.empty() && std::find(nodes.begin(), nodes.end(), n) == nodes.end())
+      nodes.push_back(std::move(n));
   if (missing.size() > kNamedAtMost) who += " and " + std::to_string(missing.size() - kNamedAtMost) + " more";
   throw StallError("step " + std::to_string(step) + ": " + who + (missing.size() == 1 ? " has" : " have") +
                        " not reached the gradient reduction " + seconds_text(timeout_) +
                        " s after rank 0 (--step-timeout): stopped, hung or swapping; stopping every rank",
-                   true);
+                   true, std::move(nodes));
 }
 
 void StepGate::pass_other(std::int64_t step) {

@@ -21,7 +21,9 @@ using antdt::detail::StepGate;
 
 namespace {
 
-std::string name(int r) { return "rank " + std::to_string(r); }
+// Two ranks to a node, as Session names them: "rank 3 (node node-1)".
+std::string node(int r) { return "node-" + std::to_string(r / 2); }
+std::string name(int r) { return "rank " + std::to_string(r) + " (node " + node(r) + ")"; }
 
 // Every rank enters each of 150 passes after a random delay (0 to 3 ms, one rank at a time much
 // later); every rank's entry must come before every rank's exit, on the steady clock the
@@ -58,6 +60,7 @@ void a_late_rank_is_named(const Communicator& world) {
   const bool late = world.rank() == p - 1;
   std::string what;
   bool first_hand = false;
+  std::vector<std::string> nodes;
   double waited = 0.0;
   for (int k = 0; k < 3; ++k) {
     if (k == 2 && late) std::this_thread::sleep_for(std::chrono::milliseconds(1500));
@@ -67,6 +70,7 @@ void a_late_rank_is_named(const Communicator& world) {
     } catch (const StallError& e) {
       what = e.what();
       first_hand = e.first_hand();
+      nodes = e.nodes();
       waited = steady_seconds() - t0;
       break;
     }
@@ -75,8 +79,10 @@ void a_late_rank_is_named(const Communicator& world) {
   if (world.rank() == 0) {
     EXPECT_TRUE(first_hand);
     EXPECT_NE(what.find("rank " + std::to_string(p - 1)), std::string::npos) << what;
+    EXPECT_EQ(nodes, std::vector<std::string>{node(p - 1)}) << "only the late rank's node, for the exclude list";
   } else {
     EXPECT_FALSE(first_hand) << what;
+    EXPECT_TRUE(nodes.empty()) << "a rank that only heard of the stall names no node";
   }
   if (!late) {
     EXPECT_LT(waited, 1.5) << "stopped at the timeout, not at the grace after it";
