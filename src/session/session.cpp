@@ -249,6 +249,9 @@ Session::Session(MPI_Comm comm, SessionOptions options) : impl_(std::make_unique
     ANTDT_LOG(info) << "session: " << s.comm.size() << " ranks, N=" << s.opt.dataset_size
                     << ", B=" << s.opt.global_batch << ", shard=" << s.ledger.shard_size
                     << ", policy=" << s.opt.controller.policy
+                    << (!s.coordinator_opt.pool.pooled                                ? ""
+                        : s.coordinator_opt.pool.mechanism == PoolMechanism::deadline ? ", pool=deadline"
+                                                                                      : ", pool=counter")
                     << (s.agent.emulator().emulated() ? ", EMULATED: " + s.opt.emulation.describe() : std::string());
   }
   s.share_plans();
