@@ -222,12 +222,13 @@ class CheckpointOwnership(Workdir):
                              ["ckpt-00000002.h5", "ckpt-00000004.h5"])
         r = job(101, SLURM_RESTART_COUNT="1")  # a requeue keeps its job id: nothing left to do
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        self.assertEqual(self.summary(os.path.join(runs, "summary-101.json"))["steps"], 0)
+        self.assertEqual(self.summary(os.path.join(runs, "summary-101-1.json"))["steps"], 0)
+        self.assertEqual(self.summary(os.path.join(runs, "summary-101-0.json"))["steps"], 4)  # kept
         r = job(103, ANTDT_RUN_NAME="mine")
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         r = job(104, "--steps", 6, ANTDT_RUN_NAME="mine")  # a later job continues the named run
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        self.assertEqual(self.summary(os.path.join(runs, "summary-104.json"))["steps"], 2)
+        self.assertEqual(self.summary(os.path.join(runs, "summary-104-0.json"))["steps"], 2)
         r = job(105, ANTDT_RUN_NAME="../elsewhere")
         self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
         self.assertIn("ANTDT_RUN_NAME", r.stderr)

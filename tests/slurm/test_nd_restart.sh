@@ -41,14 +41,14 @@ first=$(sbatch --parsable -N 3 --ntasks-per-node=1 -J ndrestart -o "$D/run/job-%
 state=$(wait_job "$first")
 [ "$state" = COMPLETED ] || fail "the first job ended as '$state' (it hands over with exit 0 after resubmitting)"
 grep -q "antdt: exit code 75" "$D/run/job-$first.out" || fail "the first job did not stop for a kill-restart"
-second=$(sed -n 's/^antdt: kill-restart: resubmitted as job \([0-9]*\).*/\1/p' "$D/run/job-$first.out")
+second=$(sed -n 's/^antdt: resubmitted as job \([0-9]*\).*/\1/p' "$D/run/job-$first.out")
 [ -n "$second" ] || fail "no resubmission in the first job's output"
 state=$(wait_job "$second")
 [ "$state" = COMPLETED ] || fail "the resubmitted job $second ended as '$state'"
 ckpt="$D/run/ndrestart-$first-ckpt"  # <job name>-<job id> of the first job, kept by the resubmission
 [ "$(cat "$ckpt/antdt-restart-exclude")" = n2 ] || fail "the exclude file holds '$(cat "$ckpt/antdt-restart-exclude")', not n2"
 grep -q "^relaunch " "$ckpt/antdt-restart-history" || fail "the resumed job did not measure the relaunch"
-python3 - "$D/run/summary-$first.json" "$D/run/summary-$second.json" $samples <<'PY' || fail "summary checks failed"
+python3 - "$D/run/summary-$first-0.json" "$D/run/summary-$second-0.json" $samples <<'PY' || fail "summary checks failed"
 import json, sys
 first, second, n = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), int(sys.argv[3])
 assert sorted(first["nodes"]) == ["n1", "n2", "n3"], first["nodes"]

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # antdt under a real single-node Slurm on localhost: an sbatch job runs antdt-train through
-# `srun --mpi=pmix` (scripts/slurm/antdt-train.sbatch); outputs carry the job id; a job whose
+# `srun --mpi=pmix` (scripts/slurm/antdt-train.sbatch); outputs carry the job id and the run
+# of it (summary-<job id>-<restart>.json); a job whose
 # rank dies fails fast, and a resubmission on another number of tasks resumes mid-epoch with
 # every sample committed exactly once.
 #   test_slurm.sh BUILD_DIR SOURCE_DIR
@@ -44,8 +45,8 @@ id=$(ANTDT_RUN_NAME=elastic sbatch --parsable -n 3 -o "$D/run/resume-%j.out" "$s
        "${common[@]}")
 state=$(wait_job "$id")
 [ "$state" = COMPLETED ] || fail "the resumed job ended as '$state'"
-summary="$D/run/summary-$id.json"
-[ -f "$summary" ] || fail "no summary tagged with job id $id"
+summary="$D/run/summary-$id-0.json"
+[ -f "$summary" ] || fail "no summary tagged with job id $id and restart 0"
 python3 - "$summary" "$id" <<'PY' || fail "summary check failed"
 import json, sys
 s = json.load(open(sys.argv[1]))
@@ -70,10 +71,11 @@ scontrol requeue "$a" || fail "scontrol requeue $a failed"
 scontrol update JobId="$a" StartTime=now || fail "cannot release the requeued job $a"
 [ "$(wait_job "$a")" = COMPLETED ] || fail "the requeued job $a did not complete"
 grep -q "restart 1" "$D/run/a-$a.out" || fail "job $a was not restarted by the requeue"
-python3 - "$D/run/summary-$a.json" <<'PY' || fail "the requeued job did not resume its own checkpoints"
+python3 - "$D/run/summary-$a-0.json" "$D/run/summary-$a-1.json" <<'PY' || fail "the requeued job did not resume its own checkpoints"
 import json, sys
-s = json.load(open(sys.argv[1]))
-assert s["steps"] == 0, f"the requeued job ran {s['steps']} steps; it should have resumed at step 6 with none left"
-print("slurm requeue OK: resumed its own checkpoints")
+first, requeued = (json.load(open(p)) for p in sys.argv[1:])
+assert first["steps"] == 6, f"the first run's summary says {first['steps']} steps; the requeue must not overwrite it"
+assert requeued["steps"] == 0, f"the requeued job ran {requeued['steps']} steps; it should have resumed at step 6 with none left"
+print("slurm requeue OK: resumed its own checkpoints; both runs' summaries kept")
 PY
 echo "PASS"

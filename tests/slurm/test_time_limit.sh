@@ -66,8 +66,10 @@ for i, steps in enumerate(runs):
 assert set(counts) == set(range(n)), "samples never trained on"
 wrong = {i: c for i, c in counts.items() if c != 2}
 assert not wrong, "samples not exactly once per epoch: %s" % list(wrong.items())[:5]
-summaries = sorted(glob.glob(os.path.join(run_dir, "summary-*.json")))
-last = json.load(open(summaries[-1]))
+# One summary per run of the job (summary-<job>-<restart>.json), none overwritten by the next.
+summaries = glob.glob(os.path.join(run_dir, "summary-*-*.json"))
+assert len(summaries) == len(runs), "%d summaries for %d runs" % (len(summaries), len(runs))
+last = json.load(open(max(summaries, key=lambda p: int(p.rsplit("-", 1)[1].split(".")[0]))))
 assert [e["committed"] for e in last["epochs"]] == [n, n], last["epochs"]
 print("time limit OK: %d stop(s) by signal, %d runs, every sample once per epoch; stops after steps %s" %
       (stops, len(runs), [max(r) for r in runs[:-1]]))
