@@ -5,6 +5,10 @@
 # Everything (config, state, logs, munge key and socket) lives under DIR.
 #   ANTDT_SLURM_NODES=N (default 1): N > 1 starts N slurmd, nodes n1..nN, all on 127.0.0.1 (a job
 #     can span them, or --exclude one); ANTDT_SLURM_CPUS: CPUs per node (8 alone, 2 per node).
+# Nodes with network stacks of their own (netns-slurm.sh sets these up):
+#   ANTDT_SLURM_NODE_ADDRS="A1 A2 ..."  node nI's address (one node per address)
+#   ANTDT_SLURM_NODE_NETNS="NS1 NS2 ..." node nI's slurmd runs in network namespace NSI
+#   ANTDT_SLURM_CTLD_ADDR, ANTDT_SLURM_CTLD_NETNS: slurmctld's (and munged's) address and namespace
 set -euo pipefail
 cmd=${1:?start|stop}
 D=$(mkdir -p "${2:?directory}" && cd "$2" && pwd)
@@ -24,7 +28,25 @@ case $cmd in
 start)
   mkdir -p "$D"/{state,spool,log,run,munge,tmp}
   chmod 755 "$D"  # munged requires world-execute on the directories above its socket
+  read -ra node_addrs <<<"${ANTDT_SLURM_NODE_ADDRS:-}"
+  read -ra node_netns <<<"${ANTDT_SLURM_NODE_NETNS:-}"
+  ctld_addr=${ANTDT_SLURM_CTLD_ADDR:-} ctld_netns=${ANTDT_SLURM_CTLD_NETNS:-}
+  # They too go into slurm.conf or a root command line: addresses and plain names only.
+  for a in "${node_addrs[@]}" $ctld_addr; do
+    if ! [[ $a =~ ^[0-9]{1,3}(\.[0-9]{1,3}){3}$ ]]; then echo "local-slurm: '$a' is not an IPv4 address" >&2; exit 2; fi
+  done
+  for n in "${node_netns[@]}" $ctld_netns; do
+    if ! [[ $n =~ ^[A-Za-z0-9][A-Za-z0-9._-]*$ ]]; then echo "local-slurm: '$n' is not a namespace name" >&2; exit 2; fi
+  done
+  if [ ${#node_netns[@]} -gt 0 ] && [ ${#node_netns[@]} -ne ${#node_addrs[@]} ]; then
+    echo "local-slurm: ANTDT_SLURM_NODE_NETNS needs one namespace per address of ANTDT_SLURM_NODE_ADDRS" >&2; exit 2
+  fi
   nodes=${ANTDT_SLURM_NODES:-1}
+  [ ${#node_addrs[@]} -gt 0 ] && nodes=${#node_addrs[@]}
+  # nsenter --net, not ip netns exec: that one also mounts a sysfs of its own over /sys, which
+  # hides the cgroup file systems slurmd needs ("No filesystem mounted on /sys/fs/cgroup").
+  ctld_exec=()
+  [ -n "$ctld_netns" ] && ctld_exec=(nsenter --net="/run/netns/$ctld_netns")
   if ! [[ $nodes =~ ^[1-9][0-9]{0,2}$ ]]; then echo "local-slurm: ANTDT_SLURM_NODES must be a number, not '$nodes'" >&2; exit 2; fi
   if [ "$nodes" -gt 1 ]; then cpus=${ANTDT_SLURM_CPUS:-2}; else cpus=${ANTDT_SLURM_CPUS:-8}; fi
   ctld_port=${ANTDT_SLURMCTLD_PORT:-6817}
@@ -36,7 +58,7 @@ start)
   done
   cat > "$D/slurm.conf" <<CONF
 ClusterName=antdt-test
-SlurmctldHost=localhost
+SlurmctldHost=localhost${ctld_addr:+($ctld_addr)}
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
@@ -70,24 +92,32 @@ MinJobAge=60
 Waittime=0
 CONF
   port=$slurmd_port
-  if [ "$nodes" -eq 1 ]; then
+  if [ "$nodes" -eq 1 ] && [ ${#node_addrs[@]} -eq 0 ]; then
     names=(localhost)
     echo "NodeName=localhost NodeAddr=127.0.0.1 Port=$port CPUs=$cpus Boards=1 SocketsPerBoard=1 CoresPerSocket=$cpus ThreadsPerCore=1 RealMemory=16000 State=UNKNOWN" >> "$D/slurm.conf"
   else
     names=()
     for i in $(seq "$nodes"); do
       names+=("n$i")
-      echo "NodeName=n$i NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((port + i)) CPUs=$cpus RealMemory=4000 State=UNKNOWN" >> "$D/slurm.conf"
+      echo "NodeName=n$i NodeHostname=localhost NodeAddr=${node_addrs[$((i - 1))]:-127.0.0.1} Port=$((port + i)) CPUs=$cpus RealMemory=4000 State=UNKNOWN" >> "$D/slurm.conf"
     done
   fi
   echo "PartitionName=debug Nodes=$(IFS=,; echo "${names[*]}") Default=YES MaxTime=INFINITE State=UP" >> "$D/slurm.conf"
   for n in "${names[@]}"; do mkdir -p "$D/tmp/$n"; done
   mungekey --create --keyfile="$D/munge/munge.key" --force >/dev/null 2>&1
   chmod 600 "$D/munge/munge.key"
-  munged --socket="$D/munge/munge.socket" --key-file="$D/munge/munge.key" --log-file="$D/log/munged.log" \
-         --pid-file="$D/run/munged.pid" --seed-file="$D/munge/munged.seed"
-  slurmctld -f "$SLURM_CONF"
-  for n in "${names[@]}"; do slurmd -f "$SLURM_CONF" -N "$n"; done
+  "${ctld_exec[@]}" munged --socket="$D/munge/munge.socket" --key-file="$D/munge/munge.key" \
+    --log-file="$D/log/munged.log" --pid-file="$D/run/munged.pid" --seed-file="$D/munge/munged.seed"
+  "${ctld_exec[@]}" slurmctld -f "$SLURM_CONF"
+  i=0
+  for n in "${names[@]}"; do
+    if [ ${#node_netns[@]} -gt 0 ]; then
+      nsenter --net="/run/netns/${node_netns[$i]}" slurmd -f "$SLURM_CONF" -N "$n"
+    else
+      slurmd -f "$SLURM_CONF" -N "$n"
+    fi
+    i=$((i + 1))
+  done
   for _ in $(seq 300); do
     if scontrol ping 2>/dev/null | grep -q UP && [ "$(sinfo -h -o %T 2>/dev/null | sort -u)" = idle ]; then
       echo "export SLURM_CONF=$SLURM_CONF"
@@ -99,6 +129,13 @@ CONF
   exit 1
   ;;
 stop)
+  # Jobs still running (a test that failed half-way) would outlive the daemons, their programs
+  # spinning: cancel them first, and give them KillWait to end.
+  if [ -f "$D/run/slurmctld.pid" ] && jobs=$(timeout 10 squeue -h -o %i 2>/dev/null) && [ -n "$jobs" ]; then
+    # shellcheck disable=SC2086
+    timeout 10 scancel $jobs 2>/dev/null || true
+    for _ in $(seq 60); do [ -z "$(timeout 5 squeue -h -o %i 2>/dev/null)" ] && break; sleep 0.2; done
+  fi
   for f in "$D"/run/slurmd-*.pid; do stop_pid "$f"; done
   stop_pid "$D/run/slurmctld.pid"
   stop_pid "$D/run/munged.pid"
