@@ -70,33 +70,7 @@ submit() {  # NAME ARGS...: antdt.sbatch on 3 nodes, a rank each, with sample lo
     --global-batch 60 --quiet "$@"
 }
 
-# Every sample exactly EPOCHS times over the runs whose sample logs are given, in order (a later
-# run resumes at a checkpoint, so an earlier run counts only up to the later one's first step).
-exactly_once() {  # SAMPLES EPOCHS PREFIX...
-  python3 - "$@" <<'PY'
-import collections, glob, sys
-n, epochs, prefixes = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
-runs = []
-for prefix in prefixes:
-    steps = collections.defaultdict(list)
-    for path in glob.glob(prefix + ".*"):
-        for line in open(path):
-            f = line.split()
-            steps[int(f[0])].extend(map(int, f[1:]))
-    assert steps, "no sample log " + prefix
-    runs.append(steps)
-counts = collections.Counter()
-for i, steps in enumerate(runs):
-    until = min(runs[i + 1]) if i + 1 < len(runs) else max(steps) + 1
-    for s in range(min(steps), until):
-        counts.update(steps[s])
-assert set(counts) == set(range(n)), "%d samples never trained on" % (n - len(set(counts) & set(range(n))))
-wrong = {i: c for i, c in counts.items() if c != epochs}
-assert not wrong, "samples not exactly once per epoch: %s" % list(wrong.items())[:5]
-print("exactly once: %d samples x %d epochs over %d run(s), resumed at steps %s" %
-      (n, epochs, len(runs), [min(r) for r in runs[1:]]))
-PY
-}
+exactly_once() { python3 "$src/tests/slurm/exactly_once.py" "$@"; }  # SAMPLES EPOCHS PREFIX...
 
 case $case in
 nd_pool)

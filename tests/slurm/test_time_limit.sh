@@ -4,7 +4,8 @@
 # training (about 45 s of it, on the virtual device) is stopped by the signal (or by the
 # limit's SIGTERM) after a step, checkpoints it and exits 76; the script requeues the job, which
 # resumes from that checkpoint, until the run is done. Every sample is trained exactly once per
-# epoch, checked from each run's --sample-log (not antdt's own counters).
+# epoch, checked from each run's --sample-log (not antdt's own counters). Then scancel of a
+# running job ends it for good, and a new submission of the same run resumes it.
 #   test_time_limit.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 build=$(cd "$1" && pwd); src=$(cd "$2" && pwd)
@@ -23,10 +24,10 @@ fail() { echo "FAIL: $*"; for f in "$D"/run/*.out "$D"/slurm/log/slurmctld.log; 
 samples=2400
 "$build/apps/antdt-datagen" -o "$D/train.h5" --samples $samples --dim 8 --classes 4 >/dev/null
 mkdir -p "$D/run"
-# Each run of the job (SLURM_RESTART_COUNT 0, 1, ...) logs its samples to its own files.
+# Each run of a job (SLURM_RESTART_COUNT 0, 1, ...) logs its samples to its own files.
 cat > "$D/train.sh" <<SH
 #!/usr/bin/env bash
-exec "$build/apps/antdt-train" --sample-log "$D/run/samples-\${SLURM_RESTART_COUNT:-0}" "\$@"
+exec "$build/apps/antdt-train" --sample-log "$D/run/samples-\${SLURM_JOB_ID}-\${SLURM_RESTART_COUNT:-0}" "\$@"
 SH
 chmod +x "$D/train.sh"
 export ANTDT_TRAIN="$D/train.sh" ANTDT_RUN_DIR="$D/run" ANTDT_RUN_NAME=limit ANTDT_LOG_LEVEL=warn
@@ -44,34 +45,41 @@ out="$D/run/job-$id.out"
 stops=$(grep -c "antdt: exit code 76" "$out" || true)
 [ "$stops" -ge 1 ] || fail "the time limit never stopped the training (no exit code 76)"
 grep -q "antdt: exit code 0" "$out" || fail "the last run did not finish"
-python3 - "$D/run" $samples "$stops" <<'PY' || fail "exactly-once check failed"
-import collections, glob, json, os, sys
-run_dir, n, stops = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-runs = []
-for restart in range(stops + 1):
-    steps = collections.defaultdict(list)
-    for path in glob.glob(os.path.join(run_dir, "samples-%d.*" % restart)):
-        for line in open(path):
-            f = line.split()
-            steps[int(f[0])].extend(map(int, f[1:]))
-    assert steps, "run %d logged nothing" % restart
-    runs.append(steps)
-counts = collections.Counter()
-for i, steps in enumerate(runs):
-    until = min(runs[i + 1]) if i + 1 < len(runs) else max(steps) + 1
-    assert until == max(steps) + 1, "run %d: its successor resumed at %d, not after its last step %d" % (
-        i, until, max(steps))
-    for s in range(min(steps), until):
-        counts.update(steps[s])
-assert set(counts) == set(range(n)), "samples never trained on"
-wrong = {i: c for i, c in counts.items() if c != 2}
-assert not wrong, "samples not exactly once per epoch: %s" % list(wrong.items())[:5]
+runs=()
+for r in $(seq 0 "$stops"); do runs+=("$D/run/samples-$id-$r"); done
+python3 "$src/tests/slurm/exactly_once.py" $samples 2 "${runs[@]}" --stops-at-checkpoints || fail "exactly-once check failed"
+python3 - "$D/run" "$id" $((stops + 1)) $samples <<'PY' || fail "summary check failed"
+import glob, json, os, sys
+run_dir, job, runs, n = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 # One summary per run of the job (summary-<job>-<restart>.json), none overwritten by the next.
-summaries = glob.glob(os.path.join(run_dir, "summary-*-*.json"))
-assert len(summaries) == len(runs), "%d summaries for %d runs" % (len(summaries), len(runs))
-last = json.load(open(max(summaries, key=lambda p: int(p.rsplit("-", 1)[1].split(".")[0]))))
+for r in range(runs):
+    assert os.path.exists(os.path.join(run_dir, "summary-%s-%d.json" % (job, r))), "no summary of run %d" % r
+last = json.load(open(os.path.join(run_dir, "summary-%s-%d.json" % (job, runs - 1))))
 assert [e["committed"] for e in last["epochs"]] == [n, n], last["epochs"]
-print("time limit OK: %d stop(s) by signal, %d runs, every sample once per epoch; stops after steps %s" %
-      (stops, len(runs), [max(r) for r in runs[:-1]]))
+print("time limit OK: %d stop(s) by signal, %d runs" % (runs - 1, runs))
 PY
+
+# 2. scancel: the training stops with a checkpoint and the job ends for good (CANCELLED, not
+#    queued again, as users expect of scancel); a later submission of the same run resumes there.
+fast=(--data "$D/train.h5" --layers 8,16,4 --global-batch 40 --epochs 2 --virtual-device 0.002 --checkpoint-every 10
+      --quiet)
+id=$(ANTDT_RUN_NAME=cancel sbatch --parsable -n 2 -o "$D/run/cancel-%j.out" "$src/scripts/slurm/antdt-train.sbatch" "${fast[@]}")
+for _ in $(seq 300); do
+  [ "$(cat "$D/run/samples-$id-0".* 2>/dev/null | awk '$1 >= 25' | wc -l)" -gt 0 ] && break
+  sleep 0.1
+done
+scancel "$id"
+for _ in $(seq 300); do [ -z "$(squeue -h -j "$id" 2>/dev/null)" ] && break; sleep 0.2; done
+sleep 3  # a requeue would show by now
+state=$(scontrol show job "$id" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2)
+[ "$state" = CANCELLED ] || fail "the cancelled job is '$state'"
+scontrol show job "$id" | grep -q "Restarts=0" || fail "the cancelled job was requeued"
+grep -q "cancelled (scancel) or preempted: not requeued" "$D/run/cancel-$id.out" || fail "no word that the job ends for good"
+ls "$D/run/cancel-ckpt"/ckpt-*.h5 >/dev/null 2>&1 || fail "the cancelled run left no checkpoint"
+again=$(ANTDT_RUN_NAME=cancel sbatch --parsable -n 2 -o "$D/run/cancel-%j.out" "$src/scripts/slurm/antdt-train.sbatch" "${fast[@]}")
+for _ in $(seq 600); do [ -z "$(squeue -h -j "$again" 2>/dev/null)" ] && break; sleep 0.2; done
+scontrol show job "$again" | grep -q "JobState=COMPLETED" || fail "the resubmitted run did not complete"
+python3 "$src/tests/slurm/exactly_once.py" $samples 2 "$D/run/samples-$id-0" "$D/run/samples-$again-0" ||
+  fail "exactly-once check over the cancel failed"
+echo "scancel OK: job $id cancelled for good; job $again resumed the run"
 echo "PASS"
