@@ -8,7 +8,9 @@
 #   CODE        exit with CODE (0 done, 75 kill-restart, 5 stall, ...)
 #   CODE@last   the last task first writes its node to DIR/antdt-restart-exclude, as antdt does
 #               for a slow (75) or a stalled (5) node
-#   wait        wait for SIGTERM or SIGUSR1, then exit 76, as antdt stops with a checkpoint
+#   nosummary   exit 0 without writing the summary, as a program that never ran
+#   wait        wait for SIGTERM or SIGUSR1, then exit 76, as antdt stops with a checkpoint (a
+#               line in DIR/fake-waiting says the signals are caught)
 set -uo pipefail
 ckpt='' summary=''
 while [ $# -gt 0 ]; do
@@ -33,7 +35,7 @@ run=$((run - 1))
 read -ra plan <<<"${FAKE_PLAN//,/ }"
 [ "$run" -lt "${#plan[@]}" ] || run=$((${#plan[@]} - 1))
 word=${plan[$run]}
-if [ "$task" = 0 ] && [ -n "$summary" ]; then
+if [ "$task" = 0 ] && [ -n "$summary" ] && [ "$word" != nosummary ]; then
   printf '{"job": "%s", "restart": %s, "run": %s, "word": "%s"}\n' "${SLURM_JOB_ID:-0}" "${SLURM_RESTART_COUNT:-0}" \
     "$run" "$word" > "$summary"
 fi
@@ -44,12 +46,13 @@ case $word in
     stop() { echo "fake-program: task $task got $1: stopping with a checkpoint (76)"; kill "$sleeper" 2>/dev/null; exit 76; }
     trap 'stop SIGTERM' TERM
     trap 'stop SIGUSR1' USR1
+    echo "$key $task" >> "$ckpt/fake-waiting"  # signals are caught from here on
     sleep 300 &
     sleeper=$!
     wait "$sleeper"
     exit 1  # no signal within 5 minutes
     ;;
-  0) exit 0 ;;
+  0 | nosummary) exit 0 ;;
   *)
     # Every task ends with the code, as antdt's ranks do: task 0 first, once the last task has
     # named its node; srun then stops the others (--kill-on-bad-exit), which end with it too.

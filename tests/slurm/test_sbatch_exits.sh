@@ -10,16 +10,26 @@
 #     again, and does not try to requeue it itself;
 #   - exit 75 (kill-restart) then 5 (a stall), each naming a node: each resubmission leaves out
 #     every node named so far, under one ANTDT_MAX_RESTARTS budget, which, spent, ends the run;
-#   - ANTDT_PROGRAM that is not a program: exit 2 with one line.
+#   - ANTDT_PROGRAM that is not a program: exit 2 with one line; a program that ends 0 without
+#     the summary it was asked for: exit 1 (it may never have run).
 #   test_sbatch_exits.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 src=$(cd "$2" && pwd)
 sbatch_script=$src/scripts/slurm/antdt.sbatch fake=$src/tests/slurm/fake-program.sh
 
 # No Slurm needed: a program that is not there is bad usage.
-out=$(ANTDT_PROGRAM=/nonexistent/antdt-program ANTDT_RUN_DIR=$(mktemp -d) bash "$sbatch_script" 2>&1) && rc=0 || rc=$?
+pre=$(mktemp -d)
+out=$(ANTDT_PROGRAM=/nonexistent/antdt-program ANTDT_RUN_DIR=$pre bash "$sbatch_script" 2>&1) && rc=0 || rc=$?
 [ "$rc" = 2 ] && grep -q "ANTDT_PROGRAM '/nonexistent/antdt-program' is not an executable" <<<"$out" ||
   { echo "FAIL: a missing ANTDT_PROGRAM gave exit $rc: $out"; exit 1; }
+
+# Exit 0 without the summary the run was asked for is no success: the program may never have
+# run (srun reports 0 for a step it failed to launch).
+out=$(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ANTDT_LAUNCHER=mpirun ANTDT_PROGRAM=$fake \
+      FAKE_PLAN=nosummary ANTDT_RUN_DIR=$pre SLURM_JOB_ID=7 bash "$sbatch_script" 2>&1) && rc=0 || rc=$?
+rm -rf "$pre"
+[ "$rc" = 1 ] && grep -q "ended with 0 but wrote no summary" <<<"$out" ||
+  { echo "FAIL: exit 0 without a summary gave exit $rc: $out"; exit 1; }
 
 for tool in slurmctld slurmd munged sbatch; do
   command -v $tool >/dev/null || { echo "SKIP: $tool not installed"; exit 77; }
@@ -37,6 +47,11 @@ fail() { echo "FAIL: $*"; for f in "$D"/run/*.out "$D"/slurm/log/slurmctld.log; 
 export ANTDT_PROGRAM=$fake ANTDT_RUN_DIR=$D/run ANTDT_RESTART_COOLDOWN=0
 
 state() { scontrol show job -o "$1" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$2=//p"; }
+release() {  # starts requeued job $1 now (Slurm holds it back), once its node has cleaned up
+  # after its first run: a step launched beside the old one's teardown can fail to start.
+  for _ in $(seq 100); do [ "$(sinfo -h -n n1 -o %T)" = idle ] && break; sleep 0.1; done
+  scontrol update JobId="$1" StartTime=now 2>/dev/null || true
+}
 wait_gone() {  # waits until job $1 has left the queue; prints its final state
   for _ in $(seq 300); do
     [ -z "$(squeue -h -j "$1" 2>/dev/null)" ] && break
@@ -44,9 +59,9 @@ wait_gone() {  # waits until job $1 has left the queue; prints its final state
   done
   state "$1" JobState
 }
-wait_started() {  # waits until the fake program runs in job $1 (run $2 of checkpoint dir $3)
+wait_started() {  # waits until the fake program waits for a signal in job $1 (run $2 of checkpoint dir $3)
   for _ in $(seq 150); do
-    [ "$(awk '{print $1}' "$3/fake-starts" 2>/dev/null | sort -u | wc -l)" -ge "$2" ] && return 0
+    [ "$(awk '{print $1}' "$3/fake-waiting" 2>/dev/null | sort -u | wc -l)" -ge "$2" ] && return 0
     sleep 0.2
   done
   fail "job $1 did not start its program"
@@ -68,7 +83,7 @@ wait_started "$id" 1 "$D/run/limit-ckpt"
 scancel --batch --signal=USR1 "$id"
 for _ in $(seq 100); do [ "$(state "$id" Restarts)" = 1 ] && break; sleep 0.2; done
 [ "$(state "$id" Restarts)" = 1 ] || fail "the warned job was not requeued"
-scontrol update JobId="$id" StartTime=now 2>/dev/null || true  # Slurm holds a requeued job back
+release "$id"
 [ "$(wait_gone "$id")" = COMPLETED ] || fail "the requeued job did not complete"
 out=$D/run/limit-$id.out
 grep -q "got SIGUSR1: stopping" "$out" || fail "the program did not get the warning"
@@ -112,8 +127,7 @@ id=$(ANTDT_TRAIN=$fake ANTDT_PROGRAM='' submit slurmrq wait,0 -n 1 "$src/scripts
 wait_started "$id" 1 "$D/run/slurmrq-ckpt"
 scontrol requeue "$id"
 for _ in $(seq 100); do grep -q "antdt: exit code" "$D/run/slurmrq-$id.out" 2>/dev/null && break; sleep 0.2; done
-sleep 1
-scontrol update JobId="$id" StartTime=now 2>/dev/null || true
+release "$id"
 [ "$(wait_gone "$id")" = COMPLETED ] || fail "the job Slurm requeued did not complete"
 out=$D/run/slurmrq-$id.out
 grep -q "Slurm has requeued job $id itself" "$out" || fail "the script did not see Slurm's own requeue"
