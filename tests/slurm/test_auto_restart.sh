@@ -47,13 +47,13 @@ first=$(ANTDT_RUN_DIR="$D/run" sbatch --parsable -N 3 --ntasks-per-node=1 -J aut
 state=$(wait_job "$first")
 [ "$state" = COMPLETED ] || fail "the first job ended as '$state' (it hands over with exit 0 after resubmitting)"
 grep -q "antdt: exit code 75" "$D/run/job-$first.out" || fail "auto did not stop the first job for a kill-restart"
-second=$(sed -n 's/^antdt: kill-restart: resubmitted as job \([0-9]*\).*/\1/p' "$D/run/job-$first.out")
+second=$(sed -n 's/^antdt: resubmitted as job \([0-9]*\).*/\1/p' "$D/run/job-$first.out")
 [ -n "$second" ] || fail "no resubmission in the first job's output"
 state=$(wait_job "$second")
 [ "$state" = COMPLETED ] || fail "the resubmitted job $second ended as '$state'"
 ckpt="$D/run/autorestart-$first-ckpt"
 [ "$(cat "$ckpt/antdt-restart-exclude")" = n2 ] || fail "the exclude file holds '$(cat "$ckpt/antdt-restart-exclude")', not n2"
-python3 - "$D/run/summary-$first.json" "$D/run/summary-$second.json" $samples <<'PY' || fail "summary checks failed"
+python3 - "$D/run/summary-$first-0.json" "$D/run/summary-$second-0.json" $samples <<'PY' || fail "summary checks failed"
 import json, sys
 first, second, n = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), int(sys.argv[3])
 assert first["policy"] == "auto", first.get("policy")
@@ -79,7 +79,7 @@ job=$(ANTDT_RUN_DIR="$D/run2" sbatch --parsable -N 3 --ntasks-per-node=1 -J auto
 state=$(wait_job "$job")
 [ "$state" = COMPLETED ] || fail "the short job ended as '$state'"
 grep -q "antdt: exit code 75" "$D/run2/job-$job.out" && fail "auto restarted although it could not pay"
-python3 - "$D/run2/summary-$job.json" $small <<'PY' || fail "summary checks of the short job failed"
+python3 - "$D/run2/summary-$job-0.json" $small <<'PY' || fail "summary checks of the short job failed"
 import json, sys
 s, n = json.load(open(sys.argv[1])), int(sys.argv[2])
 assert "restart" not in s, s.get("restart")
