@@ -9,6 +9,8 @@
 #   CODE@last   the last task first writes its node to DIR/antdt-restart-exclude, as antdt does
 #               for a slow (75) or a stalled (5) node
 #   nosummary   exit 0 without writing the summary, as a program that never ran
+#   killed75    write DIR/antdt-restart-pending (now), as antdt's rank 0 does at a kill-restart
+#               exit, then exit 143, as srun reports a rank it ended while it was finishing
 #   wait        wait for SIGTERM or SIGUSR1, then exit 76, as antdt stops with a checkpoint (a
 #               line in DIR/fake-waiting says the signals are caught)
 set -uo pipefail
@@ -53,6 +55,10 @@ case $word in
     exit 1  # no signal within 5 minutes
     ;;
   0 | nosummary) exit 0 ;;
+  killed75)
+    date +%s.%N > "$ckpt/antdt-restart-pending"
+    exit 143
+    ;;
   *)
     # Every task ends with the code, as antdt's ranks do: task 0 first, once the last task has
     # named its node; srun then stops the others (--kill-on-bad-exit), which end with it too.

@@ -11,7 +11,8 @@
 #   - exit 75 (kill-restart) then 5 (a stall), each naming a node: each resubmission leaves out
 #     every node named so far, under one ANTDT_MAX_RESTARTS budget, which, spent, ends the run;
 #   - ANTDT_PROGRAM that is not a program: exit 2 with one line; a program that ends 0 without
-#     the summary it was asked for: exit 1 (it may never have run).
+#     the summary it was asked for: exit 1 (it may never have run); 143 from the launcher after
+#     the run wrote its kill-restart records: 75.
 #   test_sbatch_exits.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 src=$(cd "$2" && pwd)
@@ -27,9 +28,25 @@ out=$(ANTDT_PROGRAM=/nonexistent/antdt-program ANTDT_RUN_DIR=$pre bash "$sbatch_
 # run (srun reports 0 for a step it failed to launch).
 out=$(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ANTDT_LAUNCHER=mpirun ANTDT_PROGRAM=$fake \
       FAKE_PLAN=nosummary ANTDT_RUN_DIR=$pre SLURM_JOB_ID=7 bash "$sbatch_script" 2>&1) && rc=0 || rc=$?
-rm -rf "$pre"
 [ "$rc" = 1 ] && grep -q "ended with 0 but wrote no summary" <<<"$out" ||
   { echo "FAIL: exit 0 without a summary gave exit $rc: $out"; exit 1; }
+
+# A kill-restart whose launcher reports 143 (srun's --kill-on-bad-exit ended a rank that was
+# still finishing its 75): antdt-restart-pending written during the launch makes it a 75 (and
+# without Slurm the resubmission then fails, keeping 75); a pending file from before does not.
+fake_run() {  # PLAN: the script under mpirun, one rank, job 8; sets out and rc
+  out=$(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 ANTDT_LAUNCHER=mpirun ANTDT_PROGRAM=$fake \
+        FAKE_PLAN=$1 ANTDT_RUN_DIR=$pre ANTDT_RUN_NAME=k75 SLURM_JOB_ID=8 bash "$sbatch_script" 2>&1) && rc=0 || rc=$?
+}
+fake_run killed75
+[ "$rc" = 75 ] && grep -q "antdt: exit code 143" <<<"$out" && grep -q "the run exited for a kill-restart" <<<"$out" ||
+  { echo "FAIL: a kill-restart reported as 143 gave exit $rc: $out"; exit 1; }
+echo 1 > "$pre/k75-ckpt/antdt-restart-pending"  # the second 1 of 1970: long before this launch
+fake_run 143
+[ "$rc" = 143 ] && ! grep -q "the run exited for a kill-restart" <<<"$out" ||
+  { echo "FAIL: a stale antdt-restart-pending turned exit 143 into $rc: $out"; exit 1; }
+rm -rf "$pre"
+echo "ok: exit 143 after a kill-restart's records counts as 75, and not with older records"
 
 for tool in slurmctld slurmd munged sbatch; do
   command -v $tool >/dev/null || { echo "SKIP: $tool not installed"; exit 77; }
