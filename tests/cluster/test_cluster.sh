@@ -88,6 +88,11 @@ run_srun() {
   done
   return 1
 }
+# Whether a job's output shows Open MPI's TCP start-up failure (above) and no step of the run.
+tcp_startup_failed() {
+  grep -q "failed to TCP connect\|Segmentation fault" "$1" || return 1
+  echo "note: Open MPI's TCP start-up failed in job $(basename "$1"); submitting again"
+}
 exactly_once() { python3 "$src/tests/slurm/exactly_once.py" "$@"; }  # SAMPLES EPOCHS PREFIX...
 
 case $case in
@@ -120,8 +125,13 @@ PY
 kill_restart)
   samples=6000
   make_data $samples
-  first=$(submit ndrestart --epochs 3 --policy nd --virtual-device 0.001 --emulate-schedule @n2:10:0.2 --checkpoint-every 5)
-  [ "$(wait_job "$first")" = COMPLETED ] || fail "the first job did not hand over (exit 0 after resubmitting)"
+  for attempt in 1 2; do
+    first=$(submit ndrestart --epochs 3 --policy nd --virtual-device 0.001 --emulate-schedule @n2:10:0.2 --checkpoint-every 5)
+    state=$(wait_job "$first")
+    [ "$state" != COMPLETED ] && [ $attempt = 1 ] && tcp_startup_failed "$D/run/job-$first.out" && continue
+    break
+  done
+  [ "$state" = COMPLETED ] || fail "the first job did not hand over (exit 0 after resubmitting)"
   grep -q "antdt: exit code 75" "$D/run/job-$first.out" || fail "the first job did not stop for a kill-restart"
   second=$(resubmitted "$D/run/job-$first.out")
   [ -n "$second" ] || fail "no resubmission in the first job's output"
@@ -144,22 +154,40 @@ PY
 stall)
   samples=1800
   make_data $samples
-  # 60 steps of 100 ms of (virtual) compute each: a SIGSTOP lands in the compute, before the
-  # step gate, nearly always (the reduction after the gate, where the watchdog would end the
-  # job with the node unknown, is about 1 % of a step).
-  first=$(submit stall --epochs 2 --policy dd --virtual-device 0.005 --step-timeout 3 --checkpoint-every 5)
-  # Stop n2's rank once the job is past step 12.
-  for _ in $(seq 300); do
-    [ "$(cat "$D"/run/samples-"$first"-0.* 2>/dev/null | awk '$1 >= 12' | wc -l)" -gt 0 ] && break
-    sleep 0.1
+  # 60 steps of 100 ms of (virtual) compute each. The stop lands in n2's compute, so the other
+  # ranks wait for it at the step gate: 30 ms after n2 has logged step 12's samples, which it
+  # does at the end of step 12, just before step 13's compute (no checkpoint in between: one is
+  # written every 5 steps). A stop anywhere else is not what this case tests (in the reduction the
+  # watchdog ends the job with the node unknown).
+  for attempt in 1 2; do
+    first=$(submit stall --epochs 2 --policy dd --virtual-device 0.005 --step-timeout 3 --checkpoint-every 5)
+    pid='' log=''
+    for _ in $(seq 300); do
+      for p in $("$netns" pids "$D/slurm" n2); do
+        [ "$(cat "/proc/$p/comm" 2>/dev/null)" = antdt-train ] || continue
+        pid=$p
+        log=$(find "/proc/$p/fd" -lname "$D/run/samples-$first-0.*" -printf '%l\n' 2>/dev/null | head -1)
+      done
+      [ -n "$log" ] || [ -z "$(squeue -h -j "$first" 2>/dev/null)" ] && break
+      sleep 0.1
+    done
+    [ -z "$log" ] && [ $attempt = 1 ] && tcp_startup_failed "$D/run/job-$first.out" && continue
+    [ -n "$log" ] || fail "no antdt-train process on n2 writing its sample log"
+    python3 - "$pid" "$log" <<'PY' || fail "n2's rank did not reach step 13"
+import os, signal, sys, time
+pid, log = int(sys.argv[1]), sys.argv[2]
+for _ in range(30000):
+    with open(log) as f:
+        if any(line.startswith("12 ") for line in f):
+            time.sleep(0.03)
+            os.kill(pid, signal.SIGSTOP)
+            sys.exit(0)
+    time.sleep(0.002)
+sys.exit(1)
+PY
+    echo "stopped rank process $pid on n2 in step 13"
+    break
   done
-  pid=''
-  for p in $("$netns" pids "$D/slurm" n2); do
-    [ "$(cat "/proc/$p/comm" 2>/dev/null)" = antdt-train ] && pid=$p
-  done
-  [ -n "$pid" ] || fail "no antdt-train process on n2"
-  kill -STOP "$pid"
-  echo "stopped rank process $pid on n2"
   [ "$(wait_job "$first")" = COMPLETED ] || fail "the stalled job did not hand over (exit 0 after resubmitting)"
   out=$D/run/job-$first.out
   grep -q "antdt: exit code 5$" "$out" || fail "the stalled job did not end with exit code 5"
