@@ -132,7 +132,7 @@ kill_restart)
     break
   done
   [ "$state" = COMPLETED ] || fail "the first job did not hand over (exit 0 after resubmitting)"
-  grep -q "antdt: exit code 75" "$D/run/job-$first.out" || fail "the first job did not stop for a kill-restart"
+  grep -q "antdt: kill-restart (exit 75)" "$D/run/job-$first.out" || fail "the first job did not stop for a kill-restart"
   second=$(resubmitted "$D/run/job-$first.out")
   [ -n "$second" ] || fail "no resubmission in the first job's output"
   [ "$(wait_job "$second")" = COMPLETED ] || fail "the resubmitted job $second did not complete"

@@ -46,7 +46,7 @@ first=$(ANTDT_RUN_DIR="$D/run" sbatch --parsable -N 3 --ntasks-per-node=1 -J aut
           "$src/scripts/slurm/antdt-train.sbatch" --data "$D/train.h5" --epochs 3 "${common[@]}")
 state=$(wait_job "$first")
 [ "$state" = COMPLETED ] || fail "the first job ended as '$state' (it hands over with exit 0 after resubmitting)"
-grep -q "antdt: exit code 75" "$D/run/job-$first.out" || fail "auto did not stop the first job for a kill-restart"
+grep -q "antdt: kill-restart (exit 75)" "$D/run/job-$first.out" || fail "auto did not stop the first job for a kill-restart"
 second=$(sed -n 's/^antdt: resubmitted as job \([0-9]*\).*/\1/p' "$D/run/job-$first.out")
 [ -n "$second" ] || fail "no resubmission in the first job's output"
 state=$(wait_job "$second")
@@ -78,7 +78,7 @@ job=$(ANTDT_RUN_DIR="$D/run2" sbatch --parsable -N 3 --ntasks-per-node=1 -J auto
         "$src/scripts/slurm/antdt-train.sbatch" --data "$D/small.h5" --epochs 1 "${common[@]}")
 state=$(wait_job "$job")
 [ "$state" = COMPLETED ] || fail "the short job ended as '$state'"
-grep -q "antdt: exit code 75" "$D/run2/job-$job.out" && fail "auto restarted although it could not pay"
+grep -q "antdt: kill-restart (exit 75)" "$D/run2/job-$job.out" && fail "auto restarted although it could not pay"
 python3 - "$D/run2/summary-$job-0.json" $small <<'PY' || fail "summary checks of the short job failed"
 import json, sys
 s, n = json.load(open(sys.argv[1])), int(sys.argv[2])

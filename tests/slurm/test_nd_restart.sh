@@ -40,7 +40,7 @@ first=$(sbatch --parsable -N 3 --ntasks-per-node=1 -J ndrestart -o "$D/run/job-%
           "$src/scripts/slurm/antdt-train.sbatch" "${args[@]}")
 state=$(wait_job "$first")
 [ "$state" = COMPLETED ] || fail "the first job ended as '$state' (it hands over with exit 0 after resubmitting)"
-grep -q "antdt: exit code 75" "$D/run/job-$first.out" || fail "the first job did not stop for a kill-restart"
+grep -q "antdt: kill-restart (exit 75)" "$D/run/job-$first.out" || fail "the first job did not stop for a kill-restart"
 second=$(sed -n 's/^antdt: resubmitted as job \([0-9]*\).*/\1/p' "$D/run/job-$first.out")
 [ -n "$second" ] || fail "no resubmission in the first job's output"
 state=$(wait_job "$second")
