@@ -33,6 +33,7 @@
 #include "job/restart_records.hpp"
 #include "train/options.hpp"
 #include "train/trainer.hpp"
+#include "transport/guard.hpp"
 
 namespace antdt::train {
 
@@ -53,11 +54,13 @@ std::vector<std::int64_t> find_non_finite_everywhere(data::Dataset& set) {
   detail::agree(MPI_COMM_WORLD, [&] { mine = data::find_non_finite(set, n * rank / world, n * (rank + 1) / world); });
   int count = static_cast<int>(mine.size());
   std::vector<int> counts(static_cast<std::size_t>(world)), offsets(static_cast<std::size_t>(world), 0);
-  ANTDT_CHECK_MPI(MPI_Allgather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, MPI_COMM_WORLD));
+  detail::allgather(&count, 1, MPI_INT, counts.data(), MPI_COMM_WORLD);
   for (int r = 1; r < world; ++r) offsets[r] = offsets[r - 1] + counts[r - 1];
   std::vector<std::int64_t> all(static_cast<std::size_t>(offsets.back() + counts.back()));
-  ANTDT_CHECK_MPI(MPI_Allgatherv(mine.data(), count, MPI_INT64_T, all.data(), counts.data(), offsets.data(),
-                                 MPI_INT64_T, MPI_COMM_WORLD));
+  MPI_Request q = MPI_REQUEST_NULL;
+  ANTDT_CHECK_MPI(MPI_Iallgatherv(mine.data(), count, MPI_INT64_T, all.data(), counts.data(), offsets.data(),
+                                  MPI_INT64_T, MPI_COMM_WORLD, &q));
+  detail::wait_requests(std::span<MPI_Request>(&q, 1));
   return all;  // slices are in rank order, each ascending
 }
 
@@ -250,6 +253,11 @@ std::vector<std::pair<std::string, std::string>> run_identity(const TrainOptions
 
 // `started`: when the process started, for the measured part of a restart's cost.
 int run(TrainOptions& o, std::chrono::steady_clock::time_point started) {
+  // Every wait from here is guarded, the reading of the data included: a rank that stalls in
+  // any phase is named and every rank stops (exit 5) within the step timeout and a grace.
+  const double timeout = o.job.session.step_timeout_seconds;
+  detail::Guard guard(MPI_COMM_WORLD, timeout >= 0.0 && timeout <= 1e9 ? timeout : 0.0, discover_node_name());
+  detail::GuardInstall install(&guard);
   const LaunchInfo launch = discover_launch(MPI_COMM_WORLD);
   int world = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &world);
@@ -288,14 +296,7 @@ int run(TrainOptions& o, std::chrono::steady_clock::time_point started) {
                     << (detail::is_page_locked(t.batch.features.data()) ? "; batches in page-locked host memory" : "");
   }
   t.attach();
-  try {
-    while (job.next_step()) t.step();
-  } catch (const StallError& e) {
-    // Exit 5: the stalled ranks' nodes go to the exclude file, and the sbatch script's
-    // resubmission leaves them out (here until the Job does it for every program).
-    detail::record_stalled_nodes(expand_job_id(o.job.checkpoint.dir, launch.job_id), e);
-    throw;
-  }
+  while (job.next_step()) t.step();
   return job.exit_code();
 }
 

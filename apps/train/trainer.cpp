@@ -13,6 +13,7 @@
 #include "antdt/report.hpp"
 #include "core/error_kind.hpp"
 #include "job/job_access.hpp"
+#include "transport/guard.hpp"
 
 namespace antdt::train {
 
@@ -72,6 +73,7 @@ void Trainer::attach() {
     const bool final = data.eval && s.finished && !s.stopped;
     if (periodic || final || s.finished) ahead.wait();
     if (periodic || final) {
+      detail::Guard::Scope scope(detail::installed_guard(), detail::Phase::evaluation, s.step);
       eval_result = evaluate(model, *data.eval, session.comm(), cap, batch);
       if (root() && periodic) {
         ANTDT_LOG(info) << "step " << done << ": eval loss " << eval_result->loss << ", accuracy "
@@ -80,7 +82,7 @@ void Trainer::attach() {
     }
     if (s.finished) {
       std::int64_t rows[2] = {ahead.rows_ahead(), ahead.rows_now()};
-      ANTDT_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, rows, 2, MPI_INT64_T, MPI_SUM, session.comm().get()));
+      detail::allreduce(MPI_IN_PLACE, rows, 2, MPI_INT64_T, MPI_SUM, session.comm().get());
       rows_ahead = rows[0];
       rows_now = rows[1];
     }
@@ -92,7 +94,7 @@ void Trainer::stop_non_finite(double loss) {
   const int world = session.size();
   std::vector<int> bad(static_cast<std::size_t>(world), 0);
   bad[static_cast<std::size_t>(session.rank())] = std::isfinite(loss) ? 0 : 1;
-  ANTDT_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, bad.data(), world, MPI_INT, MPI_MAX, session.comm().get()));
+  detail::allreduce(MPI_IN_PLACE, bad.data(), world, MPI_INT, MPI_MAX, session.comm().get());
   std::string ranks;
   int count = 0;
   for (int r = 0; r < world; ++r) {

@@ -168,6 +168,11 @@ class Job {
   // reduced sums are bit-identical however the step was split and on any number of ranks.
   // Sums over ranks in place and returns B; the caller divides.
   std::int64_t reduce(std::span<std::int64_t> fixed_point_sums);
+  // Collective over the job's ranks, at the same point on every rank: `root`'s bytes into
+  // every rank's buffer (the same size on every rank), its wait guarded as every wait of the
+  // job is (a stalled rank is a StallError, not a hang). For a program's own start-up values:
+  // initial weights drawn on one rank, a vocabulary, a seed.
+  void broadcast(std::span<std::byte> bytes, int root);
   // Local: this rank's loss summed over its samples (and how many it got right), for the
   // progress line and the summary. May be called once per micro-batch.
   void add_loss(double loss_sum, std::int64_t correct = 0);

@@ -293,8 +293,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--layers", o.layers, "MLP widths")->capture_default_str();
   app.add_option("--step-timeout", o.step_timeout,
-                 "Seconds rank 0 waits at a reduction before it names a stalled rank (0: blocking collectives, "
-                 "no step gate)")
+                 "Seconds any wait of the job lasts before rank 0 names a stalled rank (0: blocking collectives, "
+                 "waits unguarded)")
       ->capture_default_str();
   app.add_option("--fixed-split", o.fixed_split,
                  "Batches per rank, comma separated, for the policy 'fixed' (static with this split)");

@@ -27,6 +27,7 @@
 #include "antdt/log.hpp"
 #include "comm/reducer_backends.hpp"
 #include "runtime/device_copy.hpp"
+#include "transport/guard.hpp"
 
 namespace antdt {
 namespace comm {
@@ -42,7 +43,7 @@ void for_each_piece(float* data, std::int64_t count, F f) {
 
 void allreduce_host(MPI_Comm comm, float* buffer, std::int64_t count) {
   for_each_piece(buffer, count, [&](float* first, int piece) {
-    ANTDT_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, first, piece, MPI_FLOAT, MPI_SUM, comm));
+    detail::allreduce(MPI_IN_PLACE, first, piece, MPI_FLOAT, MPI_SUM, comm);
   });
 }
 
@@ -120,7 +121,7 @@ class MpiOverlap final : public OverlappedReduction {
       }
       start(started_);
     }
-    ANTDT_CHECK_MPI(MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE));
+    detail::wait_requests(requests_);
     finished_ = true;
     if (staging_ != nullptr) {
       detail::copy_host_to_device(buffer_, staging_, static_cast<std::size_t>(count_) * sizeof(float));
@@ -157,7 +158,7 @@ class MpiReducer final : public GradientReducer {
   MpiReducer(const Communicator& comm, bool device_buffers)
       : comm_(comm.get()), device_buffers_(device_buffers), staging_(PinnedAllocator<float>(device_buffers)) {
     int mine = device_buffers ? 1 : 0;
-    ANTDT_CHECK_MPI(MPI_Allreduce(&mine, &all_device_buffers_, 1, MPI_INT, MPI_MIN, comm_));
+    detail::allreduce(&mine, &all_device_buffers_, 1, MPI_INT, MPI_MIN, comm_);
   }
 
   [[nodiscard]] std::string_view name() const override { return "mpi"; }
@@ -205,7 +206,7 @@ bool devices_distinct_per_node(const Communicator& comm, const DeviceInfo& devic
   std::sort(ids.begin(), ids.end());
   int local_ok = std::adjacent_find(ids.begin(), ids.end()) == ids.end() ? 1 : 0;
   int all_ok = 0;
-  ANTDT_CHECK_MPI(MPI_Allreduce(&local_ok, &all_ok, 1, MPI_INT, MPI_MIN, comm.get()));
+  detail::allreduce(&local_ok, &all_ok, 1, MPI_INT, MPI_MIN, comm.get());
   return all_ok == 1;
 }
 
@@ -238,7 +239,7 @@ std::vector<ReducerCandidate> reducer_candidates(const Communicator& comm, const
     }
     int local_ok = why.empty() ? 1 : 0;
     int all_ok = 0;
-    ANTDT_CHECK_MPI(MPI_Allreduce(&local_ok, &all_ok, 1, MPI_INT, MPI_MIN, comm.get()));
+    detail::allreduce(&local_ok, &all_ok, 1, MPI_INT, MPI_MIN, comm.get());
     c.enabled = all_ok == 1;
     if (c.enabled) {
       c.reason = "usable on all " + std::to_string(comm.size()) + " ranks";

@@ -11,6 +11,7 @@
 #include "antdt/error.hpp"
 #include "comm/reducer_backends.hpp"
 #include "cuda/cuda_raii.hpp"
+#include "transport/guard.hpp"
 
 namespace antdt::comm {
 namespace {
@@ -20,7 +21,7 @@ class NcclCommunicator {
   NcclCommunicator(const Communicator& comm, int device) {
     ncclUniqueId id{};
     if (comm.is_root()) ANTDT_CHECK_NCCL(ncclGetUniqueId(&id));
-    ANTDT_CHECK_MPI(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, comm.get()));
+    detail::bcast(&id, sizeof id, MPI_BYTE, 0, comm.get());
     cuda::DeviceGuard guard(device);
     ANTDT_CHECK_NCCL(ncclCommInitRank(&comm_, comm.size(), id, comm.rank()));
   }

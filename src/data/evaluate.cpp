@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "antdt/error.hpp"
+#include "transport/guard.hpp"
 
 namespace antdt {
 
@@ -29,7 +30,7 @@ Evaluation evaluate(Model& model, data::Dataset& data, const Communicator& comm,
     sums[1] += static_cast<double>(r.correct);
     sums[2] += static_cast<double>(m);
   }
-  ANTDT_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, sums, 3, MPI_DOUBLE, MPI_SUM, comm.get()));
+  detail::allreduce(MPI_IN_PLACE, sums, 3, MPI_DOUBLE, MPI_SUM, comm.get());
   Evaluation e;
   e.samples = static_cast<std::int64_t>(sums[2]);
   if (sums[2] > 0) {

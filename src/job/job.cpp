@@ -24,6 +24,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <numeric>
 #include <optional>
@@ -43,6 +44,7 @@
 #include "job/stop_signals.hpp"
 #include "session/session_setup.hpp"
 #include "transport/collectives.hpp"
+#include "transport/guard.hpp"
 
 namespace antdt {
 
@@ -157,6 +159,11 @@ struct State {
 
 struct Job::Impl {
   JobOptions opt;
+  // Every wait of the job guarded from its first collective (transport/guard.hpp), unless the
+  // program made the process's Guard itself.
+  std::unique_ptr<detail::Guard> guard_owned;
+  detail::GuardInstall guard_install;
+  detail::Guard* guard;
   Communicator setup;  // before the Session exists: agreement on the checks
   LaunchInfo launch;
   std::string ckpt_dir;  // %j expanded
@@ -198,7 +205,16 @@ struct Job::Impl {
   std::vector<double> recent_loss;
   std::string last_checkpoint;
 
-  Impl(JobOptions o, MPI_Comm comm) : opt(std::move(o)), setup(Communicator::duplicate(comm)) {}
+  Impl(JobOptions o, MPI_Comm comm)
+      : opt(std::move(o)),
+        guard_owned(detail::installed_guard() != nullptr
+                        ? nullptr
+                        : std::make_unique<detail::Guard>(
+                              comm, opt.session.step_timeout_seconds,
+                              opt.session.node_name.empty() ? discover_node_name() : opt.session.node_name)),
+        guard_install(guard_owned ? guard_owned.get() : detail::installed_guard()),
+        guard(detail::installed_guard()),
+        setup(Communicator::duplicate(comm)) {}
 
   [[nodiscard]] bool root() const { return setup.is_root(); }
   [[nodiscard]] MPI_Comm comm() const { return session ? session->comm().get() : setup.get(); }
@@ -247,6 +263,7 @@ struct Job::Impl {
 
   // --- the checkpoint -------------------------------------------------------------------
   void write_checkpoint() {
+    detail::Guard::Scope scope(guard, detail::Phase::checkpoint, session->step());
     for (const auto& p : parts)
       if (p.prepare) p.prepare();
     detail::agree(comm(), [&] {
@@ -298,21 +315,21 @@ struct Job::Impl {
             const auto v = reader->floats(s.name, static_cast<std::int64_t>(s.floats.size()));
             std::copy(v.begin(), v.end(), s.floats.begin());
           }
-          ANTDT_CHECK_MPI(MPI_Bcast(s.floats.data(), static_cast<int>(s.floats.size()), MPI_FLOAT, 0, comm()));
+          detail::bcast(s.floats.data(), static_cast<int>(s.floats.size()), MPI_FLOAT, 0, comm());
           break;
         case State::Kind::doubles:
           if (reader) {
             const auto v = reader->doubles(s.name, static_cast<std::int64_t>(s.doubles.size()));
             std::copy(v.begin(), v.end(), s.doubles.begin());
           }
-          ANTDT_CHECK_MPI(MPI_Bcast(s.doubles.data(), static_cast<int>(s.doubles.size()), MPI_DOUBLE, 0, comm()));
+          detail::bcast(s.doubles.data(), static_cast<int>(s.doubles.size()), MPI_DOUBLE, 0, comm());
           break;
         case State::Kind::int64s:
           if (reader) {
             const auto v = reader->int64s(s.name, static_cast<std::int64_t>(s.int64s.size()));
             std::copy(v.begin(), v.end(), s.int64s.begin());
           }
-          ANTDT_CHECK_MPI(MPI_Bcast(s.int64s.data(), static_cast<int>(s.int64s.size()), MPI_INT64_T, 0, comm()));
+          detail::bcast(s.int64s.data(), static_cast<int>(s.int64s.size()), MPI_INT64_T, 0, comm());
           break;
         case State::Kind::bytes: {
           std::vector<std::byte> bytes;
@@ -354,6 +371,7 @@ struct Job::Impl {
 
   // The newest usable checkpoint, restored on every rank; false when there is none.
   bool resume() {
+    detail::Guard::Scope scope(guard, detail::Phase::resume, 0);
     for (const auto& p : parts)
       if (p.prepare) p.prepare();
     std::optional<std::string> latest;
@@ -374,7 +392,7 @@ struct Job::Impl {
         if (p.check) p.check(*reader);
     });
     int have = latest ? 1 : 0;
-    ANTDT_CHECK_MPI(MPI_Bcast(&have, 1, MPI_INT, 0, comm()));
+    detail::bcast(&have, 1, MPI_INT, 0, comm());
     if (!have) {
       if (root()) {
         ANTDT_LOG(info) << detail::option_name("resume") << ": no checkpoint in " << ckpt_dir << ", starting fresh";
@@ -442,6 +460,10 @@ struct Job::Impl {
     for (auto i : done) line += " " + std::to_string(i);
     line += "\n";
     if (std::fputs(line.c_str(), sample_log.get()) < 0 || std::fflush(sample_log.get()) != 0) {
+      const int reason = errno;
+      sample_log.reset();
+      cli::remove_if_empty(sample_log_path);
+      errno = reason;
       throw WriteError("cannot write " + detail::option_name("sample-log") + " " + sample_log_path + ": " +
                        std::strerror(errno));
     }
@@ -528,6 +550,7 @@ struct Job::Impl {
 
   // The end of the run: the final checkpoint, the records a restart or a stop leaves, the report.
   void finish() {
+    detail::Guard::Scope scope(guard, detail::Phase::end, session->step());
     over = true;
     const double wall = now_seconds() - t_start;
     if (!ckpt_dir.empty()) write_checkpoint();
@@ -597,13 +620,17 @@ Job::Job(JobOptions options, MPI_Comm comm) : impl_(std::make_unique<Impl>(std::
     detail::agree(s.setup.get(), [&] {
       if (s.root()) s.claim_checkpoint_dir();
     });
+    detail::set_stall_record_dir(s.ckpt_dir);
   }
   // From here a stop signal ends the run at a step boundary, with a checkpoint.
   s.signals = std::make_unique<detail::StopSignals>(detail::parse_stop_signals(s.opt.stop_signals));
   s.session = std::make_unique<Session>(s.setup.get(), s.opt.session);
 }
 
-Job::~Job() = default;
+Job::~Job() {
+  // A StallError on its way out still needs the directory (run_main records the nodes there).
+  if (std::uncaught_exceptions() == 0) detail::set_stall_record_dir({});
+}
 
 void Job::add_state(const std::string& name, std::span<float> values) {
   check_state_name(name, impl_->started);
@@ -688,6 +715,19 @@ std::int64_t Job::reduce(std::span<float> gradient_sums) {
                                !s.root());
   }
   return total;
+}
+
+void Job::broadcast(std::span<std::byte> bytes, int root) {
+  auto& s = *impl_;
+  if (root < 0 || root >= size()) {
+    throw UsageError("Job::broadcast: root " + std::to_string(root) + " is not a rank of this " +
+                     std::to_string(size()) + "-rank job");
+  }
+  for (std::size_t done = 0; done < bytes.size();) {  // MPI counts are ints
+    const auto n = std::min<std::size_t>(bytes.size() - done, std::size_t{1} << 30);
+    detail::bcast(bytes.data() + done, static_cast<int>(n), MPI_BYTE, root, s.comm());
+    done += n;
+  }
 }
 
 std::int64_t Job::reduce(std::span<std::int64_t> fixed_point_sums) {

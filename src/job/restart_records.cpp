@@ -4,6 +4,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <set>
 #include <vector>
 
@@ -81,6 +82,21 @@ void record_stalled_nodes(const std::string& dir, const StallError& stall) {
   if (!add_to_exclude(exclude, stall.nodes())) {
     ANTDT_LOG(warn) << "cannot write " << exclude << ": the stalled nodes are not left out of a resubmission";
   }
+}
+
+namespace {
+std::mutex stall_dir_mutex;
+std::string stall_dir;  // guarded by stall_dir_mutex
+}  // namespace
+
+void set_stall_record_dir(const std::string& dir) {
+  const std::lock_guard lock(stall_dir_mutex);
+  stall_dir = dir;
+}
+
+std::string stall_record_dir() {
+  const std::lock_guard lock(stall_dir_mutex);
+  return stall_dir;
 }
 
 }  // namespace antdt::detail

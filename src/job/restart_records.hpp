@@ -34,4 +34,10 @@ void record_restart_exit(const std::string& dir, const RestartDecision& decision
 // a file that cannot be written is a warning, so that the stall keeps its exit code.
 void record_stalled_nodes(const std::string& dir, const StallError& stall);
 
+// The checkpoint directory of the process's Job, for antdt::run_main: a StallError that ends
+// the program, in any phase, records its nodes there (record_stalled_nodes). The Job sets it
+// once it owns the directory, and clears it when it ends without an exception in flight.
+void set_stall_record_dir(const std::string& dir);
+[[nodiscard]] std::string stall_record_dir();
+
 }  // namespace antdt::detail

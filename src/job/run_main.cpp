@@ -8,6 +8,7 @@
 
 #include "antdt/error.hpp"
 #include "antdt/job.hpp"
+#include "job/restart_records.hpp"
 
 namespace antdt {
 
@@ -45,7 +46,12 @@ int run_main(const char* program, const std::function<int()>& body) {
     what = e.what();
     shared = e.shared();
     heard = e.heard();
-    stall = dynamic_cast<const StallError*>(&e) != nullptr;
+    if (const auto* st = dynamic_cast<const StallError*>(&e)) {
+      stall = true;
+      // Exit 5: rank 0's first-hand stall names the stalled ranks' nodes; the exclude file
+      // makes the sbatch script's resubmission leave them out.
+      detail::record_stalled_nodes(detail::stall_record_dir(), *st);
+    }
   } catch (const std::exception& e) {
     code = exit_code_for(e);
     what = e.what();

@@ -26,8 +26,9 @@
 #include "session/session_setup.hpp"
 #include "transport/collectives.hpp"
 #include "transport/control_channel.hpp"
+#include "transport/guard.hpp"
 #include "transport/rma_pool.hpp"
-#include "transport/step_gate.hpp"
+#include "transport/stall_watchdog.hpp"
 
 namespace antdt {
 
@@ -83,21 +84,32 @@ class CounterOnRoot final : public agent::StepPool {
 
 }  // namespace
 
+// A Guard for this Session's waits, unless the process has one already (a Job's, or its
+// program's: guard.hpp); installed for the Session's life.
+std::unique_ptr<detail::Guard> own_guard(MPI_Comm user, const SessionOptions& o, const std::string& node) {
+  if (detail::installed_guard() != nullptr) return nullptr;
+  return std::make_unique<detail::Guard>(user, o.step_timeout_seconds, node);
+}
+
 struct Session::Impl {
   SessionOptions opt;
+  std::string node;  // this rank's node name
+  std::unique_ptr<detail::Guard> guard_owned;
+  detail::GuardInstall guard_install{guard_owned.get() ? guard_owned.get() : detail::installed_guard()};
+  detail::Guard* guard = detail::installed_guard();
   Communicator comm;
   detail::ControlChannel channel{comm};
   dds::LedgerOptions ledger;
   std::vector<std::int64_t> caps;  // m_i of every rank
   std::vector<double> priors;      // device priors of every rank (0 = unknown)
-  std::string node;                // this rank's node name
   std::vector<std::string> nodes;  // rank 0: every rank's
   protocol::StepCoordinatorOptions coordinator_opt;
   agent::SteadyClock clock;
   agent::Agent agent;
-  std::unique_ptr<CounterOnRoot> pool;                     // pooled steps only
-  std::unique_ptr<detail::StepGate> gate;                  // a step timeout: the arrival check
-  std::unique_ptr<detail::StallWatchdog> watchdog;         // ... and the guard of the reduction after it
+  std::unique_ptr<CounterOnRoot> pool;  // pooled steps only
+  // The last resort behind the guarded waits, for a wait antdt cannot poll (a blocking NCCL
+  // all-reduce): past the timeout and three graces it ends the process with exit code 5.
+  std::unique_ptr<detail::StallWatchdog> watchdog;
   std::unique_ptr<protocol::StepCoordinator> coordinator;  // rank 0 only
   std::vector<Plan> history;                               // rank 0: the plans of this run; others: the plans applied
   detail::RunRecorder recorder;                            // rank 0
@@ -105,32 +117,23 @@ struct Session::Impl {
 
   Impl(MPI_Comm user, SessionOptions o)
       : opt(std::move(o)),
+        node(opt.node_name.empty() ? discover_node_name() : opt.node_name),
+        guard_owned(own_guard(user, opt, node)),
         comm(Communicator::duplicate(user)),
         ledger(agreed_order(comm, detail::session_ledger_options(opt, comm.size()))),
         caps(detail::allgather_value<std::int64_t>(
             comm, opt.micro_batch_cap > 0 ? opt.micro_batch_cap : opt.global_batch, MPI_INT64_T)),
         priors(detail::allgather_value<double>(comm, opt.device_prior, MPI_DOUBLE)),
-        node(opt.node_name.empty() ? discover_node_name() : opt.node_name),
         nodes(detail::gather_strings(comm, node)),
         coordinator_opt(resolved(detail::coordinator_options(opt, caps, nodes), comm)),
         agent(comm.rank(), comm.size(), ledger, opt.emulation, clock, node, coordinator_opt.pool),
         pool(coordinator_opt.pool.pooled && coordinator_opt.pool.mechanism == PoolMechanism::counter
                  ? std::make_unique<CounterOnRoot>(comm)
                  : nullptr),
-        gate(opt.step_timeout_seconds > 0.0 ? std::make_unique<detail::StepGate>(comm, opt.step_timeout_seconds,
-                                                                                 [this](int r) { return rank_name(r); })
-                                            : nullptr),
-        watchdog(gate ? std::make_unique<detail::StallWatchdog>(
-                            opt.step_timeout_seconds + detail::grace_seconds(opt.step_timeout_seconds), comm.rank())
-                      : nullptr) {
-    channel.set_timeout(opt.step_timeout_seconds);
-  }
-
-  // "rank 3 (node n2)": rank 0 knows every node.
-  [[nodiscard]] std::string rank_name(int r) const {
-    const auto i = static_cast<std::size_t>(r);
-    return "rank " + std::to_string(r) + (i < nodes.size() ? " (node " + nodes[i] + ")" : std::string());
-  }
+        watchdog(opt.step_timeout_seconds > 0.0 && comm.size() > 1
+                     ? std::make_unique<detail::StallWatchdog>(
+                           opt.step_timeout_seconds + 3 * detail::grace_seconds(opt.step_timeout_seconds), comm.rank())
+                     : nullptr) {}
 
   // A pooled job's claims go to rank 0's counter only where MPI's atomics work well: one node.
   static protocol::StepCoordinatorOptions resolved(protocol::StepCoordinatorOptions c, const Communicator& comm) {
@@ -153,16 +156,14 @@ struct Session::Impl {
     agent.reset_plan(std::move(current), pending.empty() ? nullptr : plan_from(pending));
   }
 
-  // `gated`: every rank passes the step gate before the reduction begins. Not for an
-  // overlapped reduction: its first buckets' all-reduces began during the backward pass (a
-  // rank with no samples starts them all only here), so the ranks already meet inside it and a
-  // gate between would deadlock; a stall there is caught at the control exchange that follows
-  // (its timeout), or not at all when it is inside a bucket's all-reduce.
+  // The step's reduction, guarded (guard.hpp): a rank that stalls before or inside it is named
+  // by rank 0's judge and every rank stops. The watchdog stays behind it for what cannot be
+  // polled (a blocking NCCL all-reduce).
   template <class F>
-  void timed_reduction(bool gated, F&& reduce) {
+  void timed_reduction(F&& reduce) {
     agent.mark_compute_done();
     const double t0 = seconds_now();
-    if (gate && gated) gate->pass(agent.step());  // every rank is here before anyone enters the reduction
+    detail::Guard::Scope scope(guard, detail::Phase::reduction, agent.step());
     struct Disarm {
       detail::StallWatchdog* w;
       ~Disarm() {
@@ -177,6 +178,7 @@ struct Session::Impl {
   // One control exchange: every rank's report (none for the first) to rank 0's coordinator,
   // each rank's reply back. Returns this rank's summary of it.
   StepSummary exchange(const protocol::StepReport* report) {
+    detail::Guard::Scope scope(guard, detail::Phase::control, agent.step());
     detail::ByteWriter mine;
     if (report) protocol::encode(*report, mine);
     const auto got = channel.exchange(mine.bytes(), [&](const std::vector<std::span<const std::byte>>& reports) {
@@ -267,7 +269,8 @@ double Session::probe(const std::function<void(std::int64_t)>& micro_step, int r
   const std::int64_t n = std::max<std::int64_t>(1, std::min(my_cap, ceil_div(s.opt.global_batch, s.comm.size())));
   // Every rank probes at once, as in a step: a rank timed while the others are still setting
   // up (reading, allocating) shares the machine differently than it will in the steps.
-  ANTDT_CHECK_MPI(MPI_Barrier(s.comm.get()));
+  detail::Guard::Scope scope(s.guard, detail::Phase::probe, 0);
+  detail::barrier(s.comm.get());
   const double x = s.agent.probe(micro_step, n, repetitions);
   const std::vector<double> all = detail::allgather_value<double>(s.comm, x, MPI_DOUBLE);
   if (s.root()) s.history.assign(1, s.coordinator->install_probe(all, s.priors, repetitions));
@@ -277,6 +280,11 @@ double Session::probe(const std::function<void(std::int64_t)>& micro_step, int r
 
 StepWork Session::begin_step() {
   auto& s = *impl_;
+  if (s.guard) {
+    s.guard->serve();  // rank 0 may have asked where this rank is
+    s.guard->set_step(s.agent.step());
+    s.guard->set_phase(detail::Phase::step);
+  }
   if (!s.agent.in_step() && !s.agent.started() && !s.agent.finished()) {
     s.exchange(nullptr);  // the first grants (collective)
     s.t_last_end = seconds_now();
@@ -302,11 +310,11 @@ std::vector<std::int64_t> Session::next_chunk() {
 void Session::chunk_done(double measured_seconds) { impl_->agent.chunk_done(measured_seconds); }
 
 void Session::reduce_sums(float* buffer, std::int64_t count, GradientReducer& reducer) {
-  impl_->timed_reduction(true, [&] { reducer.allreduce_sum(buffer, count); });
+  impl_->timed_reduction([&] { reducer.allreduce_sum(buffer, count); });
 }
 
 void Session::reduce_sums(OverlappedReduction& reduction) {
-  impl_->timed_reduction(false, [&] { reduction.finish(); });
+  impl_->timed_reduction([&] { reduction.finish(); });
 }
 
 namespace {
@@ -330,14 +338,14 @@ void check_reduction(const agent::Agent& agent, std::int64_t local_samples, cons
 std::int64_t Session::reduce(std::span<float> gradient_sums, std::int64_t local_samples) {
   check_reduction(impl_->agent, local_samples, "Session::reduce");
   std::int64_t total = 0;
-  impl_->timed_reduction(true, [&] {
+  impl_->timed_reduction([&] {
     // One fused reduction: the count rides in trailing digit slots, exact at any count
     // (antdt/sample_count.hpp).
     std::vector<float> fused(gradient_sums.size() + kSampleCountSlots);
     std::copy(gradient_sums.begin(), gradient_sums.end(), fused.begin());
     encode_sample_count(local_samples, fused.data() + gradient_sums.size());
-    ANTDT_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, fused.data(), static_cast<int>(fused.size()), MPI_FLOAT, MPI_SUM,
-                                  impl_->comm.get()));
+    detail::allreduce(MPI_IN_PLACE, fused.data(), static_cast<int>(fused.size()), MPI_FLOAT, MPI_SUM,
+                      impl_->comm.get());
     total = decode_sample_count(fused.data() + gradient_sums.size());
     if (total < 0) {  // the same on every rank: all of them throw
       throw Error(
@@ -353,11 +361,11 @@ std::int64_t Session::reduce(std::span<float> gradient_sums, std::int64_t local_
 std::int64_t Session::reduce(std::span<std::int64_t> sums, std::int64_t local_samples) {
   check_reduction(impl_->agent, local_samples, "Session::reduce");
   std::int64_t total = 0;
-  impl_->timed_reduction(true, [&] {
+  impl_->timed_reduction([&] {
     std::vector<std::int64_t> fused(sums.begin(), sums.end());
     fused.push_back(local_samples);  // integers: the count is exact as it is
-    ANTDT_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, fused.data(), static_cast<int>(fused.size()), MPI_INT64_T, MPI_SUM,
-                                  impl_->comm.get()));
+    detail::allreduce(MPI_IN_PLACE, fused.data(), static_cast<int>(fused.size()), MPI_INT64_T, MPI_SUM,
+                      impl_->comm.get());
     total = fused.back();
     std::copy(fused.begin(), fused.end() - 1, sums.begin());
   });
@@ -366,6 +374,7 @@ std::int64_t Session::reduce(std::span<std::int64_t> sums, std::int64_t local_sa
 
 StepSummary Session::end_step(double loss_sum, std::int64_t correct) {
   auto& s = *impl_;
+  if (s.guard) s.guard->serve();
   const protocol::StepReport report = s.agent.report(loss_sum, correct);
   StepSummary summary = s.exchange(&report);
   const double now = seconds_now();
@@ -399,6 +408,7 @@ void Session::save(CheckpointWriter& writer) const {
 void Session::restore(const CheckpointReader* reader) {
   auto& s = *impl_;
   if (s.agent.started()) throw UsageError("Session::restore must be called before the first begin_step");
+  detail::Guard::Scope scope(s.guard, detail::Phase::resume, s.agent.step());
   protocol::ResumeState state;
   if (s.root()) s.restore_root(reader, state);
   detail::ByteWriter w;

@@ -1,4 +1,4 @@
-// Private: the few small collectives antdt's setup paths share (not the step exchange, which
+// Private: the few small collectives antdt's setup paths share, each guarded (guard.hpp) (not the step exchange, which
 // is transport/control_channel.hpp).
 #pragma once
 
@@ -10,6 +10,7 @@
 
 #include "antdt/comm.hpp"
 #include "antdt/error.hpp"
+#include "transport/guard.hpp"
 
 namespace antdt::detail {
 
@@ -17,9 +18,9 @@ namespace antdt::detail {
 template <class T>
 std::vector<T> broadcast_vector(const Communicator& comm, std::vector<T> values, MPI_Datatype type) {
   std::uint64_t n = values.size();
-  ANTDT_CHECK_MPI(MPI_Bcast(&n, 1, MPI_UINT64_T, 0, comm.get()));
+  bcast(&n, 1, MPI_UINT64_T, 0, comm.get());
   values.resize(n);
-  ANTDT_CHECK_MPI(MPI_Bcast(values.data(), static_cast<int>(n), type, 0, comm.get()));
+  bcast(values.data(), static_cast<int>(n), type, 0, comm.get());
   return values;
 }
 
@@ -27,7 +28,7 @@ std::vector<T> broadcast_vector(const Communicator& comm, std::vector<T> values,
 template <class T>
 std::vector<T> allgather_value(const Communicator& comm, T mine, MPI_Datatype type) {
   std::vector<T> all(static_cast<std::size_t>(comm.size()));
-  ANTDT_CHECK_MPI(MPI_Allgather(&mine, 1, type, all.data(), 1, type, comm.get()));
+  allgather(&mine, 1, type, all.data(), comm.get());
   return all;
 }
 
@@ -39,7 +40,7 @@ inline bool on_one_node(const Communicator& comm) {
   MPI_Comm_size(node, &size);
   MPI_Comm_free(&node);
   int all = size == comm.size() ? 1 : 0;
-  ANTDT_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &all, 1, MPI_INT, MPI_MIN, comm.get()));
+  allreduce(MPI_IN_PLACE, &all, 1, MPI_INT, MPI_MIN, comm.get());
   return all == 1;
 }
 
@@ -49,7 +50,7 @@ inline std::vector<std::string> gather_strings(const Communicator& comm, const s
   char buf[kWidth] = {};
   mine.copy(buf, kWidth - 1);
   std::vector<char> all(comm.is_root() ? static_cast<std::size_t>(kWidth) * comm.size() : 0);
-  ANTDT_CHECK_MPI(MPI_Gather(buf, kWidth, MPI_CHAR, all.data(), kWidth, MPI_CHAR, 0, comm.get()));
+  gather(buf, kWidth, MPI_CHAR, all.data(), 0, comm.get());
   std::vector<std::string> out;
   for (int r = 0; comm.is_root() && r < comm.size(); ++r)
     out.emplace_back(all.data() + static_cast<std::size_t>(r) * kWidth);

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "antdt/error.hpp"
-#include "transport/step_gate.hpp"
+#include "transport/guard.hpp"
 
 namespace antdt::detail {
 
@@ -59,10 +59,9 @@ ControlChannel::Received ControlChannel::exchange(std::span<const std::byte> rep
   const auto size = static_cast<std::size_t>(comm_->size());
   const int n = as_count(report.size());
   if (comm_->is_root()) gathered_.resize(report.size() * size);
-  const double until = deadline();
   MPI_Request q = MPI_REQUEST_NULL;
   ANTDT_CHECK_MPI(MPI_Igather(report.data(), n, MPI_BYTE, gathered_.data(), n, MPI_BYTE, 0, comm_->get(), &q));
-  finish(q, until, "gathering the step reports");
+  finish(q);
 
   Replies replies;
   std::exception_ptr root_error;
@@ -93,10 +92,11 @@ ControlChannel::Received ControlChannel::exchange(std::span<const std::byte> rep
       std::memcpy(slot + kHeaderBytes, replies.per_rank.data() + replies.offsets[r], std::min(len, kInline));
     }
   }
-  std::vector<std::byte> mine_slot(kSlotBytes);
+  std::vector<std::byte>& mine_slot = mine_slot_;  // a member: a scatter abandoned on a stall writes into it later
+  mine_slot.assign(kSlotBytes, std::byte{0});
   ANTDT_CHECK_MPI(MPI_Iscatter(slots_.data(), static_cast<int>(kSlotBytes), MPI_BYTE, mine_slot.data(),
                                static_cast<int>(kSlotBytes), MPI_BYTE, 0, comm_->get(), &q));
-  finish(q, comm_->is_root() ? deadline() : until, "scattering the step replies");
+  finish(q);
   const SlotHeader head = get_header(mine_slot.data());
   Received out;
   out.mine.resize(head.my_length);
@@ -105,7 +105,7 @@ ControlChannel::Received ControlChannel::exchange(std::span<const std::byte> rep
   if (head.shared_length > 0) {
     out.shared = comm_->is_root() ? std::move(replies.shared) : std::vector<std::byte>(head.shared_length);
     ANTDT_CHECK_MPI(MPI_Ibcast(out.shared.data(), as_count(head.shared_length), MPI_BYTE, 0, comm_->get(), &q));
-    finish(q, deadline(), "broadcasting the new plan");
+    finish(q);
   }
   last_sent_ = report.size();
   last_received_ = kSlotBytes + (head.my_length > kInline ? head.my_length - kInline : 0) + head.shared_length;
@@ -139,25 +139,12 @@ void ControlChannel::scatter_overflow(const Replies& replies, std::size_t my_len
   MPI_Request q = MPI_REQUEST_NULL;
   ANTDT_CHECK_MPI(MPI_Iscatterv(rest.data(), counts.data(), displs.data(), MPI_BYTE,
                                 mine > 0 ? out.mine.data() + kInline : nullptr, mine, MPI_BYTE, 0, comm_->get(), &q));
-  finish(q, deadline(), "scattering the long step replies");
+  finish(q);
 }
 
-// Rank 0 waits the timeout; the others a grace longer, so that rank 0 speaks first.
-double ControlChannel::deadline() const {
-  if (timeout_ <= 0.0) return std::numeric_limits<double>::infinity();
-  return steady_seconds() + timeout_ + (comm_->is_root() ? 0.0 : grace_seconds(timeout_));
-}
-
-void ControlChannel::finish(MPI_Request& request, double deadline, const char* what) const {
-  if (timeout_ <= 0.0) {
-    ANTDT_CHECK_MPI(MPI_Wait(&request, MPI_STATUS_IGNORE));
-    return;
-  }
-  if (!wait_all(std::span<MPI_Request>(&request, 1), deadline)) {
-    throw StallError(std::string("rank ") + std::to_string(comm_->rank()) + ": the step's control exchange (" + what +
-                         ") did not complete within the step timeout: a rank stalled",
-                     true);
-  }
+void ControlChannel::finish(MPI_Request& request) const {
+  // Guarded (guard.hpp): a rank that stalls is named by rank 0's judge, and every rank stops.
+  wait_requests(std::span<MPI_Request>(&request, 1));
 }
 
 }  // namespace antdt::detail

@@ -8,9 +8,11 @@
 // an MPI_Bcast carry it. So what a rank receives per step does not grow with the number of
 // ranks; the root's gather and scatter are the only O(ranks) parts.
 //
-// If `decide` throws on the root, every rank throws (the error is the reply), none hangs. With a
-// timeout set, no rank waits in an exchange longer than that (StallError; rank 0 at the
-// timeout, the others a grace later) and a waiting rank sleeps between polls (step_gate.hpp).
+// If `decide` throws on the root, every rank throws (the error is the reply), none hangs. The
+// waits are guarded (guard.hpp): a waiting rank sleeps between polls, and a stalled rank is
+// named by rank 0 and every rank stops. The channel works on its own duplicate of the
+// communicator, so that a rank that calls end_step while another reduces is a usage error the
+// guard names, never a collective matched against another.
 #pragma once
 
 #include <cstddef>
@@ -38,14 +40,11 @@ class ControlChannel {
   };
   using Decide = std::function<Replies(const std::vector<std::span<const std::byte>>& reports)>;
 
-  explicit ControlChannel(const Communicator& comm) : comm_(&comm) {}
+  explicit ControlChannel(const Communicator& comm) : own_(Communicator::duplicate(comm.get())), comm_(&own_) {}
 
   // Collective over the communicator. `report` must have the same size on every rank.
   // `decide` runs on the root only.
   Received exchange(std::span<const std::byte> report, const Decide& decide);
-
-  // Seconds any one exchange may wait for the other ranks; 0: no limit (blocking collectives).
-  void set_timeout(double seconds) noexcept { timeout_ = seconds; }
 
   // Bytes this rank received, and sent, in the last exchange (the control-traffic figures).
   [[nodiscard]] std::size_t last_received_bytes() const noexcept { return last_received_; }
@@ -53,15 +52,15 @@ class ControlChannel {
 
  private:
   void scatter_overflow(const Replies& replies, std::size_t my_length, Received& out);
-  void finish(MPI_Request& request, double deadline, const char* what) const;
-  [[nodiscard]] double deadline() const;
+  void finish(MPI_Request& request) const;
 
+  Communicator own_;
   const Communicator* comm_;
   std::vector<std::byte> gathered_;
   std::vector<std::byte> slots_;
+  std::vector<std::byte> mine_slot_;
   std::size_t last_received_ = 0;
   std::size_t last_sent_ = 0;
-  double timeout_ = 0.0;
 };
 
 }  // namespace antdt::detail

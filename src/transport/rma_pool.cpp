@@ -1,5 +1,7 @@
 #include "transport/rma_pool.hpp"
 
+#include "transport/guard.hpp"
+
 #include <algorithm>
 #include <exception>
 
@@ -16,7 +18,7 @@ RmaStepPool::RmaStepPool(const Communicator& comm) : comm_(&comm) {
 }
 
 RmaStepPool::~RmaStepPool() {
-  if (window_ == MPI_WIN_NULL || std::uncaught_exceptions() > 0) return;
+  if (window_ == MPI_WIN_NULL || std::uncaught_exceptions() > 0 || waits_abandoned()) return;
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;

@@ -6,6 +6,7 @@ unittest sees the rest): `python3 test_X.py BUILD_DIR SOURCE_DIR [unittest args]
 import collections
 import glob
 import os
+import signal
 import re
 import subprocess
 import sys
@@ -95,3 +96,46 @@ class Mount:
     def close(self):
         if self.ok:
             subprocess.run(["umount", "-l", self.path], capture_output=True)
+
+
+def start(np, args, env=None, program=None):
+    """An mpirun job in the background (its own process group, so a test can clean up)."""
+    return subprocess.Popen(["mpirun", "-np", str(np), program or TRAIN, *map(str, args)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env or ENV, start_new_session=True)
+
+
+def finish(job, timeout=240):
+    try:
+        out, err = job.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(job.pid, signal.SIGKILL)
+        out, err = job.communicate()
+        raise AssertionError("the job did not end within %d s:\n%s" % (timeout, err[-3000:]))
+    return subprocess.CompletedProcess(job.args, job.returncode, out, err)
+
+
+def rank_pids(job, np, timeout=60):
+    """{rank: pid} of an mpirun job's processes, from OMPI_COMM_WORLD_RANK in their environment."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        found = {}
+        for pid in map(int, filter(str.isdigit, os.listdir("/proc"))):
+            try:
+                with open("/proc/%d/environ" % pid, "rb") as f:
+                    env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+                with open("/proc/%d/stat" % pid) as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError):
+                continue
+            if ppid == job.pid and b"OMPI_COMM_WORLD_RANK" in env:
+                found[int(env[b"OMPI_COMM_WORLD_RANK"])] = pid
+        if len(found) == np:
+            return found
+        time.sleep(0.05)
+    raise AssertionError("did not find the job's %d rank processes" % np)
+
+
+def cpu_seconds(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

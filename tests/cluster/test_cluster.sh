@@ -191,7 +191,7 @@ PY
   [ "$(wait_job "$first")" = COMPLETED ] || fail "the stalled job did not hand over (exit 0 after resubmitting)"
   out=$D/run/job-$first.out
   grep -q "antdt: exit code 5$" "$out" || fail "the stalled job did not end with exit code 5"
-  grep -q "error.*rank [0-9] (node n2) has not reached the gradient reduction" "$out" || fail "the stalled rank was not named with n2"
+  grep -q "error.*rank [0-9] (node n2) has not answered in " "$out" || fail "the stalled rank was not named with n2"
   grep -Eq "error.*node n[134]\)" "$out" && fail "a healthy node was named"
   second=$(resubmitted "$out")
   [ -n "$second" ] || fail "no resubmission after the stall"

@@ -1,4 +1,4 @@
-// The stall watchdog behind the step gate (src/transport/step_gate.hpp): armed past its deadline it
+// The stall watchdog behind the guarded waits (src/transport/stall_watchdog.hpp): armed past its deadline it
 // ends the process with one line, disarmed in time it never does, and arming it once per step
 // does not wake its thread once per step (on oversubscribed cores that wake-up lands in every
 // reduction).
@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <thread>
 
-#include "transport/step_gate.hpp"
+#include "transport/stall_watchdog.hpp"
 
 using antdt::detail::StallWatchdog;
 using namespace std::chrono_literals;

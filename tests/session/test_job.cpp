@@ -47,3 +47,27 @@ TEST(Job, StateRegisteredAfterTheFirstStepIsRefused) {
   EXPECT_EQ(steps, 3);
   EXPECT_EQ(job.exit_code(), 0);
 }
+
+// Job::broadcast: the root's bytes on every rank, from any root; a root outside the job is a
+// UsageError on every rank (no rank enters the collective).
+TEST(Job, BroadcastCarriesTheRootsBytesToEveryRank) {
+  Job job(small_run());
+  for (int root = 0; root < job.size(); ++root) {
+    std::vector<std::byte> bytes(1000);
+    for (std::size_t i = 0; i < bytes.size(); ++i)
+      bytes[i] = static_cast<std::byte>(job.rank() == root ? (i * 7 + static_cast<std::size_t>(root)) % 251 : 0);
+    job.broadcast(bytes, root);
+    for (std::size_t i = 0; i < bytes.size(); ++i)
+      ASSERT_EQ(bytes[i], static_cast<std::byte>((i * 7 + static_cast<std::size_t>(root)) % 251)) << "byte " << i;
+  }
+  std::vector<std::byte> one(1);
+  EXPECT_THROW(job.broadcast(one, job.size()), UsageError);
+  EXPECT_THROW(job.broadcast(one, -1), UsageError);
+  while (job.next_step()) {
+    for (auto batch = job.next_micro_batch(); !batch.empty(); batch = job.next_micro_batch()) {
+    }
+    std::vector<float> g(1, 0.0f);
+    job.reduce(g);
+  }
+  EXPECT_EQ(job.exit_code(), 0);
+}

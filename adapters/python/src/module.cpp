@@ -414,7 +414,6 @@ class PyJob {
     {
       py::gil_scoped_release release;
       job_ = std::make_unique<antdt::Job>(std::move(o), comm);
-      ANTDT_CHECK_MPI(MPI_Comm_dup(job_->comm(), &own_comm_));
     }
   }
   ~PyJob() { close(); }
@@ -430,7 +429,6 @@ class PyJob {
       return;
     }
     py::gil_scoped_release release;
-    if (own_comm_ != MPI_COMM_NULL) MPI_Comm_free(&own_comm_);
     job_.reset();
   }
 
@@ -548,17 +546,11 @@ class PyJob {
       throw antdt::UsageError("Job.broadcast: root " + std::to_string(root) + " is not a rank of this job");
     }
     py::gil_scoped_release release;
-    auto* p = static_cast<char*>(b.info.ptr);
-    for (py::ssize_t done = 0; done < bytes;) {  // MPI counts are ints
-      const int n = static_cast<int>(std::min<py::ssize_t>(bytes - done, 1 << 30));
-      ANTDT_CHECK_MPI(MPI_Bcast(p + done, n, MPI_BYTE, root, own_comm_));
-      done += n;
-    }
+    job().broadcast(std::span<std::byte>(static_cast<std::byte*>(b.info.ptr), static_cast<std::size_t>(bytes)), root);
   }
 
  private:
   std::unique_ptr<antdt::Job> job_;
-  MPI_Comm own_comm_ = MPI_COMM_NULL;  // the bridge's broadcasts, apart from antdt's traffic
   std::vector<py::object> kept_;
 };
 

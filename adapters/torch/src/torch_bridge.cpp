@@ -14,7 +14,6 @@
 #include <torch/serialize.h>
 
 #include <algorithm>
-#include <climits>
 #include <cstring>
 #include <sstream>
 #include <string_view>
@@ -560,17 +559,12 @@ std::vector<::torch::Tensor> trainable(const ::torch::nn::Module& model) {
   return out;
 }
 
-// Rank 0's tensor on every rank, in chunks MPI's int counts can hold.
-void broadcast(::torch::Tensor t, MPI_Comm comm) {
+// Rank 0's tensor on every rank, through the job's guarded broadcast.
+void broadcast(::torch::Tensor t, Job& job) {
   ::torch::NoGradGuard no_grad;
   const bool in_place = t.is_cpu() && t.is_contiguous();
   ::torch::Tensor host = in_place ? t : host_contiguous(t);
-  auto* bytes = static_cast<char*>(host.data_ptr());
-  for (std::size_t done = 0, total = host.nbytes(); done < total;) {
-    const int n = static_cast<int>(std::min<std::size_t>(total - done, INT_MAX / 2));
-    ANTDT_CHECK_MPI(MPI_Bcast(bytes + done, n, MPI_BYTE, 0, comm));
-    done += static_cast<std::size_t>(n);
-  }
+  job.broadcast(std::span<std::byte>(static_cast<std::byte*>(host.data_ptr()), host.nbytes()), 0);
   if (!in_place) t.copy_(host);
 }
 
@@ -655,8 +649,8 @@ TorchBridge::TorchBridge(Job& job, ::torch::nn::Module& model, optim::Optimizer&
     }
   }
   if (options.broadcast_initial && job.size() > 1) {
-    for (const auto& p : model.parameters()) broadcast(p, job.comm());
-    for (const auto& b : model.buffers()) broadcast(b, job.comm());
+    for (const auto& p : model.parameters()) broadcast(p, job);
+    for (const auto& b : model.buffers()) broadcast(b, job);
   }
   const std::string& prefix = options.state_prefix;
   const std::string layout = layout_text(model, optimizer);

@@ -1,0 +1,168 @@
+// Private: every wait of a job guarded, in every phase (docs/errors.md, "A stalled rank").
+//
+// A blocking MPI call waits for its slowest peer for good: if that peer has stopped (SIGSTOP,
+// a hung file system, swapping), the others hang, spinning a core each. So antdt makes every
+// collective non-blocking and waits for it here:
+//  - between tests the waiting rank sleeps (after a short spin), so a long wait costs it a few
+//    hundred wake-ups a second, not a core, and a rank under a CPU quota keeps its share for
+//    its compute;
+//  - while it waits, it serves rank 0's words on the Guard's own communicator: it answers
+//    "where are you?" with its phase and step, and a "stop" ends the wait with the error it
+//    carries, the same on every rank;
+//  - rank 0 is the judge: once any of its waits has lasted the step timeout, it asks every rank
+//    where it is. A rank that does not answer within the grace has stalled, and is named with
+//    its node (never a healthy one: a healthy rank answers from whatever wait it is in). If
+//    every rank answers but they are in different phases or steps, the program made different
+//    calls on different ranks: a usage error, named as such. Rank 0 then tells every rank to
+//    stop, and every live rank throws the same error (StallError: exit 5; UsageError: exit 2).
+//  - a rank whose wait has lasted the timeout plus the grace asks rank 0 whether it is alive;
+//    an answer extends its patience (rank 0 judges, at its own deadline); silence for another
+//    grace means rank 0 itself stalled, and the rank names it.
+// So a stalled rank ends the job within the timeout plus the grace (rank 0 stalled: plus two
+// graces), with one exit code, whatever phase it stalled in.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace antdt::detail {
+
+// What a rank is doing while it waits, for the messages and for rank 0's diagnosis.
+enum class Phase : std::uint8_t {
+  startup = 0,
+  probe = 1,
+  step = 2,       // between its antdt calls: computing
+  reduction = 3,  // the gradient reduction
+  control = 4,    // the step's control exchange (reports and replies)
+  evaluation = 5,
+  checkpoint = 6,
+  resume = 7,
+  end = 8,  // the end of the run (final checkpoint, report)
+};
+[[nodiscard]] const char* phase_name(Phase phase) noexcept;
+
+// Seconds on the steady clock (any fixed origin).
+[[nodiscard]] double steady_seconds();
+
+// How long a rank waits beyond the timeout for rank 0's word, and how long rank 0 waits for
+// the answers to its question: rank 0 should judge first, since only it can name the ranks
+// that are missing.
+[[nodiscard]] double grace_seconds(double timeout);
+
+// For the tests of every phase (tests/apps/test_phases.py): ANTDT_TEST_STALL=PHASE:RANK[:STEP]
+// makes RANK stop itself (SIGSTOP) as it enters PHASE (a phase_name key: startup, probe, step,
+// reduction, control, evaluation, checkpoint, resume, end) at or after STEP, once. The Guard
+// calls it where phases begin and inside its waits; the Job where rank 0 writes a checkpoint.
+void stall_point(Phase phase, std::int64_t step, int rank);
+
+class Guard {
+ public:
+  // Collective over `comm`: the Guard's own communicator is made with a non-blocking
+  // MPI_Comm_idup, waited for with the timeout (a rank that never arrives is named through
+  // the user's communicator, point to point, the only time antdt touches it); then rank 0
+  // learns every rank's node, and every rank rank 0's, for the messages. `node` is this
+  // rank's (LaunchInfo::node_name). timeout 0: waits are unguarded (they block, as MPI's own
+  // calls do).
+  Guard(MPI_Comm comm, double timeout_seconds, const std::string& node);
+  ~Guard();
+  Guard(const Guard&) = delete;
+  Guard& operator=(const Guard&) = delete;
+
+  // Waits until every request is complete, guarded as above. Throws the error every rank
+  // throws (StallError, UsageError) when a rank has stalled or the ranks disagree.
+  void wait(std::span<MPI_Request> requests);
+  // Between waits (every antdt call makes it): answers rank 0's question, obeys its stop.
+  void serve();
+
+  // What this rank is doing, for the messages and the answers; a Scope sets it for a block.
+  class Scope {
+   public:
+    Scope(Guard* guard, Phase phase, std::int64_t step);
+    ~Scope();
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    Guard* guard_;
+    Phase phase_;
+    std::int64_t step_;
+  };
+  void set_step(std::int64_t step) noexcept { step_ = step; }
+  void set_phase(Phase phase) {
+    phase_ = phase;
+    stall_point(phase_, step_, rank_);
+  }
+  [[nodiscard]] Phase phase() const noexcept { return phase_; }
+  [[nodiscard]] std::int64_t step() const noexcept { return step_; }
+  [[nodiscard]] double timeout_seconds() const noexcept { return timeout_; }
+  [[nodiscard]] MPI_Comm comm() const noexcept { return words_; }
+  // How often waits slept and how long they waited, this rank (benchmarks, tests).
+  [[nodiscard]] std::uint64_t naps() const noexcept { return naps_; }
+  // "rank 3 (node n2)": rank 0 knows every rank's node, the others their own and rank 0's.
+  [[nodiscard]] std::string rank_name(int rank) const;
+  // Rank 0: every rank's node, in rank order (empty elsewhere).
+  [[nodiscard]] const std::vector<std::string>& nodes() const noexcept { return nodes_; }
+
+  struct Word;
+
+ private:
+  void post_receive();
+  void answer(const Word& question);
+  // Rank 0, past the timeout: finds who stalled (or that the calls differ) and stops every rank;
+  // returns only when every rank answered and `requests` completed meanwhile (a late rank).
+  void judge(std::span<MPI_Request> requests);
+  // A rank other than 0 that heard nothing from rank 0: rank 0 stalled.
+  [[noreturn]] void rank0_silent(double waited);
+  void nap(double waited);
+
+  MPI_Comm words_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1;
+  double timeout_ = 0.0;
+  std::vector<std::string> nodes_;  // rank 0: every rank's node
+  std::string node_, root_node_;    // this rank's, and rank 0's
+  Phase phase_ = Phase::startup;
+  std::int64_t step_ = 0;
+  std::vector<char> incoming_;  // the pre-posted receive's buffer (a Word)
+  MPI_Request receive_ = MPI_REQUEST_NULL;
+  std::vector<char> outgoing_;  // an answer or ask in flight
+  MPI_Request send_ = MPI_REQUEST_NULL;
+  std::vector<Word> sent_;  // rank 0's questions and stops, alive while they may be in flight
+  std::uint64_t naps_ = 0;
+  bool alive_seen_ = false;  // rank 0 said it is alive since the wait's last test
+};
+
+// True once a guarded wait of this process has ended in an error with its requests still
+// active: a collective that may never complete, or complete later into buffers that are gone.
+// The process must then end (antdt::run_main ends it with MPI_Abort): every later guarded wait
+// throws at once, and communicators are left to the end of the process, not freed under it.
+[[nodiscard]] bool waits_abandoned() noexcept;
+
+// The Guard of this process's job (set by the Session for its life), or nullptr: then the
+// helpers below block as MPI's own calls do.
+[[nodiscard]] Guard* installed_guard() noexcept;
+class GuardInstall {
+ public:
+  explicit GuardInstall(Guard* guard) noexcept;
+  ~GuardInstall();
+  GuardInstall(const GuardInstall&) = delete;
+  GuardInstall& operator=(const GuardInstall&) = delete;
+
+ private:
+  Guard* previous_;
+};
+
+// MPI_Waitall, guarded by the installed Guard.
+void wait_requests(std::span<MPI_Request> requests);
+// The collectives antdt needs, non-blocking and waited for by wait_requests.
+void allreduce(const void* send, void* receive, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm);
+void bcast(void* buffer, int count, MPI_Datatype type, int root, MPI_Comm comm);
+void barrier(MPI_Comm comm);
+void allgather(const void* send, int count, MPI_Datatype type, void* receive, MPI_Comm comm);
+void gather(const void* send, int count, MPI_Datatype type, void* receive, int root, MPI_Comm comm);
+
+}  // namespace antdt::detail
