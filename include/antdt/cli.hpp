@@ -69,7 +69,7 @@ CLI::Validator bounded(T low, bool low_open, T high, std::string description) {
           const bool digits = !input.empty() && std::all_of(input.begin() + (input[0] == '-' ? 1 : 0), input.end(),
                                                             [](unsigned char c) { return std::isdigit(c) != 0; });
           if (std::is_integral_v<T> && digits && !parse_number(input, probe))
-            return input + " is too large: not " + description;
+            return input + " is too large: at most " + std::to_string(std::numeric_limits<T>::max());
           return "'" + input + "' is not a number";
         }
         const bool low_ok = low_open ? v > low : v >= low;

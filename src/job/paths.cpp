@@ -215,4 +215,11 @@ void write_file_atomically(const NamedPath& output, const std::string& text) {
   }
 }
 
+void remove_if_empty(const std::string& path) noexcept {
+  std::error_code ignored;
+  if (std::filesystem::is_regular_file(path, ignored) && std::filesystem::file_size(path, ignored) == 0) {
+    std::filesystem::remove(path, ignored);
+  }
+}
+
 }  // namespace antdt::cli

@@ -59,4 +59,9 @@ class StagedOutput {
 // existing target that is not a regular file (/dev/null, a FIFO) is written in place.
 void write_file_atomically(const NamedPath& output, const std::string& text);
 
+// After a failed write to an output streamed as the run goes (metrics, timeline, sample log):
+// removes the file if nothing of it reached the disk, so that a full disk leaves no 0-byte
+// file that looks like a run's output. A partly written file is kept: its rows are real.
+void remove_if_empty(const std::string& path) noexcept;
+
 }  // namespace antdt::cli

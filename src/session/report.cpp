@@ -1,9 +1,11 @@
 #include "antdt/report.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iomanip>
 #include <numeric>
@@ -11,6 +13,7 @@
 
 #include "antdt/error.hpp"
 #include "checkpoint/fnv1a.hpp"
+#include "job/paths.hpp"
 
 namespace antdt {
 
@@ -270,7 +273,13 @@ class StreamedFile {
     check();
   }
   void check() {
-    if (!out_) throw WriteError("error while writing " + path_ + " (is the disk full?)");
+    if (out_) return;
+    // A stream keeps no reason; errno holds one only where the failed call was the last to set it.
+    const int reason = errno;
+    const bool known = reason == ENOSPC || reason == EDQUOT || reason == EIO || reason == EFBIG || reason == EROFS;
+    out_.close();
+    cli::remove_if_empty(path_);
+    throw WriteError("cannot write " + path_ + ": " + (known ? std::strerror(reason) : "is the disk full?"));
   }
   void close() {
     out_.flush();

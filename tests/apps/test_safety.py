@@ -333,6 +333,16 @@ class EarlyChecks(Workdir):
         self.assertEqual([f for f in os.listdir(m.path) if not f.startswith("filler")], [],
                          "neither a 0-byte summary nor a temporary is left")
 
+    def test_streamed_outputs_on_a_full_disk_are_exit_3_and_no_empty_file(self):
+        m = self.mount("full-streams")
+        m.fill()
+        for option, name in (("--metrics", "m.csv"), ("--timeline", "t.json"), ("--sample-log", "log")):
+            r = mpirun(2, *self.base(), "--steps", 30, option, os.path.join(m.path, name))
+            self.assertEqual(r.returncode, 3, f"{option}: {r.stderr[-2000:]}")
+            self.assertTrue(any(option in l or name in l for l in error_lines(r.stderr)), r.stderr[-2000:])
+            self.assertEqual([f for f in os.listdir(m.path) if not f.startswith("filler")], [],
+                             f"{option}: no 0-byte file is left")
+
 
 class ConfigFile(Workdir):
     """Defect 7: a misspelt key, a line without '=' or a broken [section were ignored."""
@@ -387,6 +397,11 @@ class Messages(Workdir):
             line = self.assert_one_error(r, 2, str(args[0]), needle)
             self.assertLess(len(line), 160, line)
             self.assertNotRegex(line, r"\d{20}")
+
+    def test_a_number_too_large_for_its_type_is_named_not_clamped(self):
+        r = run([TRAIN, "--steps", 1, "--global-batch", "99999999999999999999"])
+        line = self.assert_one_error(r, 2, "--global-batch", "99999999999999999999 is too large")
+        self.assertNotIn("not >=", line)
 
     def test_an_error_every_rank_meets_is_printed_once_without_an_abort(self):
         for args in (["--data", self.path("nope.h5"), "--steps", 1],  # found by every rank
