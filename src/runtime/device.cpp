@@ -26,9 +26,11 @@ DevicePreference parse_device_preference(std::string_view text) {
 }
 
 namespace {
-// Why CUDA cannot be used, or "" when it can.
-std::string cuda_unavailable_reason(int& count) {
+// Why CUDA cannot be used, or "" when it can. `no_gpu`: the reason is only that this machine
+// has no GPU or no driver (the common, expected case on a CPU-only host).
+std::string cuda_unavailable_reason(int& count, bool* no_gpu = nullptr) {
   count = 0;
+  if (no_gpu != nullptr) *no_gpu = false;
 #if ANTDT_HAVE_CUDA
   // Without a driver this returns cudaErrorInsufficientDriver (35) and leaves the count
   // unset (CUDA 13 on GPU-less machines), so the count is initialised above.
@@ -36,9 +38,13 @@ std::string cuda_unavailable_reason(int& count) {
   const cudaError_t rc = cudaGetDeviceCount(&n);
   if (rc != cudaSuccess) {
     cudaGetLastError();  // clear the sticky-free error so later probes start clean
+    if (no_gpu != nullptr) *no_gpu = rc == cudaErrorInsufficientDriver || rc == cudaErrorNoDevice;
     return std::string("cudaGetDeviceCount failed: ") + cudaGetErrorName(rc) + " (" + cudaGetErrorString(rc) + ")";
   }
-  if (n <= 0) return "no CUDA device is visible (cudaGetDeviceCount returned 0)";
+  if (n <= 0) {
+    if (no_gpu != nullptr) *no_gpu = true;
+    return "no CUDA device is visible (cudaGetDeviceCount returned 0)";
+  }
   count = n;
   return "";
 #else
@@ -64,14 +70,16 @@ DeviceInfo select_device([[maybe_unused]] int local_rank, DevicePreference prefe
   info.name = "host (BLAS sgemm";
   info.name += ANTDT_HAVE_KOKKOS ? " + Kokkos)" : ")";
   int count = 0;
-  const std::string why_not = cuda_unavailable_reason(count);
+  bool no_gpu = false;
+  const std::string why_not = cuda_unavailable_reason(count, &no_gpu);
   info.device_count = count;
 
   if (preference == DevicePreference::host) {
     info.reason = "host backend requested";
   } else if (!why_not.empty()) {
     if (preference == DevicePreference::cuda) throw DeviceError("CUDA backend requested but unusable: " + why_not);
-    info.reason = "using the host backend: " + why_not;
+    // On a CPU-only host, one plain line; CUDA's own words where a GPU should have worked.
+    info.reason = no_gpu ? "no GPU visible: using the host backend" : "using the host backend: " + why_not;
   } else {
 #if ANTDT_HAVE_CUDA
     const int id = (local_rank < 0 ? 0 : local_rank) % count;
