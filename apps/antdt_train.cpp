@@ -30,7 +30,6 @@
 #include "core/error_kind.hpp"
 #include "job/agree.hpp"
 #include "job/job_access.hpp"
-#include "job/restart_records.hpp"
 #include "train/options.hpp"
 #include "train/trainer.hpp"
 #include "transport/guard.hpp"
