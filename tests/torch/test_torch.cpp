@@ -2,7 +2,8 @@
 // into it; every zero_grad leaves it usable), the optimizer's state as bytes (a restored
 // optimizer continues bit for bit; the bytes depend on the state only), the data set as
 // tensors. At 1 to 4 ranks (TorchExact, test_torch.npN): each step's reduced gradient against
-// the one plain libtorch computes in one process on the step's whole global batch.
+// the one plain libtorch computes in one process on the step's whole global batch; the same run
+// under static, dd and nd ends with the same parameters.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -13,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "antdt/data.hpp"
@@ -67,6 +69,19 @@ torch::Tensor reference_gradient(std::uint64_t seed, const torch::Tensor& x, con
   std::vector<torch::Tensor> parts;
   for (const auto& p : net->parameters()) parts.push_back(p.grad().reshape({-1}));
   return torch::cat(parts);
+}
+
+// A model's parameters, one after another (a copy).
+template <class Model>
+torch::Tensor flat_parameters(Model& model) {
+  std::vector<torch::Tensor> parts;
+  for (const auto& p : model->parameters()) parts.push_back(p.detach().reshape({-1}).to(torch::kCPU));
+  return torch::cat(parts);
+}
+
+// max |a - b| / max |b|
+double relative_difference(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a - b).abs().max().item<double>() / b.abs().max().item<double>();
 }
 
 bool close(const torch::Tensor& a, const torch::Tensor& b) { return torch::allclose(a, b, 1e-5, 1e-6); }
@@ -413,8 +428,10 @@ struct ExactRun {
   int rank = 0;
   double worst = 0.0;
   std::int64_t steps = 0;
-  std::int64_t uneven_steps = 0;        // steps whose ranks trained different numbers of samples
-  std::int64_t most_micro_batches = 0;  // the most micro-batches (chunks) one rank had in a step
+  std::int64_t uneven_steps = 0;                   // steps whose ranks trained different numbers of samples
+  std::int64_t most_micro_batches = 0;             // the most micro-batches (chunks) one rank had in a step
+  std::vector<std::vector<std::int64_t>> batches;  // rank 0: each step's global batch, sorted
+  torch::Tensor parameters;                        // every rank: the parameters at the end, one after another
 };
 
 // Trains the example's CNN for the options' steps through the bridge. After each step's
@@ -432,7 +449,8 @@ torch::Device test_device() {
   return device;
 }
 
-ExactRun run_exact(antdt::JobOptions options, bool probe = false) {
+// check_steps false: no per-step reference, only the batches and the final parameters.
+ExactRun run_exact(antdt::JobOptions options, bool probe = false, bool check_steps = true) {
   const torch::Device device = test_device();
   auto data = antdt::data::make_digit_images({.samples = kExactSamples, .classes = 10, .size = 28, .seed = 5});
   antdt::TorchDataset images(data, {}, device);
@@ -484,6 +502,11 @@ ExactRun run_exact(antdt::JobOptions options, bool probe = false) {
       const auto [lo, hi] = std::minmax_element(counts.begin(), counts.end());
       run.uneven_steps += *hi - *lo > 1 ? 1 : 0;
       run.most_micro_batches = std::max(run.most_micro_batches, most);
+      run.batches.push_back(all);
+      std::sort(run.batches.back().begin(), run.batches.back().end());
+      ++run.steps;
+    }
+    if (rank == 0 && check_steps) {
       // Plain libtorch: the same parameters, the whole global batch, the mean loss.
       {
         torch::NoGradGuard no_grad;
@@ -500,16 +523,15 @@ ExactRun run_exact(antdt::JobOptions options, bool probe = false) {
       const double error =
           (bridge.gradients().buffer() - expected).abs().max().item<double>() / expected.abs().max().item<double>();
       run.worst = std::max(run.worst, error);
-      ++run.steps;
     }
     optimizer.step();
   }
+  run.parameters = flat_parameters(model);
   if (rank == 0) {
-    std::printf(
-        "[exact] %s at %d ranks: %lld steps, worst relative error %.2e, %lld uneven steps, up to %lld "
-        "micro-batches a rank\n",
-        job.options().session.controller.policy.c_str(), size, static_cast<long long>(run.steps), run.worst,
-        static_cast<long long>(run.uneven_steps), static_cast<long long>(run.most_micro_batches));
+    std::printf("[exact] %s at %d ranks: %lld steps, %s%lld uneven steps, up to %lld micro-batches a rank\n",
+                job.options().session.controller.policy.c_str(), size, static_cast<long long>(run.steps),
+                check_steps ? ("worst relative error " + std::to_string(run.worst) + ", ").c_str() : "",
+                static_cast<long long>(run.uneven_steps), static_cast<long long>(run.most_micro_batches));
   }
   return run;
 }
@@ -542,15 +564,21 @@ TEST(TorchExact, StaticFixedUnevenSplit) {
   }
 }
 
-// Emulated uneven speeds (a virtual device: rank i takes c / speed_i a sample): dd sizes each
-// rank's share to its speed from the probe on, so the shares are uneven from the first step.
-TEST(TorchExact, DdUnderEmulatedUnevenSpeeds) {
-  auto options = exact_options("dd", 12);
+// Emulated uneven speeds (a virtual device: rank i takes c / speed_i a sample, 1, 0.5, 0.34 and
+// 0.25 of rank 0's speed): dd sizes each rank's share to its speed from the probe on, so the
+// shares are uneven from the first step (run_exact(options, probe = true)); under nd each rank
+// claims chunks of the step's pool as it goes, and the ranks' counts differ.
+antdt::JobOptions uneven_options(const char* policy, std::int64_t steps) {
+  auto options = exact_options(policy, steps);
   options.session.emulation.virtual_seconds_per_sample = 0.0004;
   options.session.emulation.speeds = {1.0, 0.5, 0.34, 0.25};
   options.session.emulation.speeds.resize(static_cast<std::size_t>(world_size()));
-  options.session.controller.min_interval = 2;
-  const ExactRun run = run_exact(options, /*probe=*/true);
+  if (std::string(policy) == "dd") options.session.controller.min_interval = 2;
+  return options;
+}
+
+TEST(TorchExact, DdUnderEmulatedUnevenSpeeds) {
+  const ExactRun run = run_exact(uneven_options("dd", 12), /*probe=*/true);
   if (run.rank != 0) return;
   EXPECT_LE(run.worst, 1e-5);
   if (world_size() > 1) {
@@ -558,16 +586,62 @@ TEST(TorchExact, DdUnderEmulatedUnevenSpeeds) {
   }
 }
 
-// nd: each rank claims chunks of the step's pool as it goes; the ranks' counts differ.
 TEST(TorchExact, NdChunks) {
-  auto options = exact_options("nd", 12);
-  options.session.emulation.virtual_seconds_per_sample = 0.0004;
-  options.session.emulation.speeds = {1.0, 0.5, 0.34, 0.25};
-  options.session.emulation.speeds.resize(static_cast<std::size_t>(world_size()));
-  const ExactRun run = run_exact(options);
+  const ExactRun run = run_exact(uneven_options("nd", 12));
   if (run.rank != 0) return;
   EXPECT_LE(run.worst, 1e-5);
   EXPECT_GE(run.most_micro_batches, 2) << "no rank claimed more than one chunk";
+}
+
+// Same maths under every policy: a step's global batch is fixed by the epoch's order
+// (docs/dds.md), and the plan only divides it among the ranks. So the same run (seeds, data,
+// model, SGD with momentum, 30 steps: four and a half epochs of 400 samples) under static, under
+// dd with emulated uneven speeds and under nd with chunks trains on the same samples at every
+// step, and ends with the same parameters to 1e-5 relative; and so does plain libtorch replaying
+// those steps in one process (computed here, on rank 0).
+TEST(TorchExact, SameParametersUnderStaticDdAndNd) {
+  constexpr std::int64_t kSteps = 30;
+  const ExactRun runs[] = {run_exact(exact_options("static", kSteps), false, false),
+                           run_exact(uneven_options("dd", kSteps), /*probe=*/true, false),
+                           run_exact(uneven_options("nd", kSteps), false, false)};
+  const char* names[] = {"static", "dd", "nd"};
+  if (runs[0].rank != 0) return;
+  if (world_size() > 1) {  // the plans did differ
+    EXPECT_EQ(runs[0].uneven_steps, 0);
+    EXPECT_GE(runs[1].uneven_steps, kSteps / 2) << "dd did not follow the emulated speeds";
+    EXPECT_GE(runs[2].most_micro_batches, 2) << "no rank claimed more than one chunk";
+  }
+
+  // Plain libtorch in one process: the same initial model and SGD, each step the mean loss over
+  // that step's samples.
+  const torch::Device device = test_device();
+  auto data = antdt::data::make_digit_images({.samples = kExactSamples, .classes = 10, .size = 28, .seed = 5});
+  antdt::TorchDataset images(data, {}, device);
+  torch::manual_seed(21);
+  Cnn plain(data.sample_shape(), 10);
+  plain->to(device);
+  torch::optim::SGD optimizer(plain->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+  const torch::Tensor initial = flat_parameters(plain);
+  for (const auto& samples : runs[0].batches) {
+    optimizer.zero_grad();
+    auto batch = images.read(samples);
+    (loss_sum_of(plain, batch) / static_cast<double>(samples.size())).backward();
+    optimizer.step();
+  }
+  const torch::Tensor expected = flat_parameters(plain);
+  EXPECT_GT(relative_difference(expected, initial), 1e-2)
+      << "the parameters hardly moved: the comparison would show nothing";
+
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(runs[i].steps, kSteps) << names[i];
+    EXPECT_EQ(runs[i].batches, runs[0].batches) << names[i] << " trained other samples than static at some step";
+    const double to_static = relative_difference(runs[i].parameters, runs[0].parameters);
+    const double to_plain = relative_difference(runs[i].parameters, expected);
+    std::printf("[same maths] %s at %d ranks: parameters within %.1e of static's, %.1e of plain libtorch's\n", names[i],
+                world_size(), to_static, to_plain);
+    EXPECT_LE(to_static, 1e-5) << names[i];
+    EXPECT_LE(to_plain, 1e-5) << names[i];
+  }
 }
 
 }  // namespace
