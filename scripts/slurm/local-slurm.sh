@@ -75,8 +75,9 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-# cred_expire: how long a requeued job waits before it starts again (120 s by default).
-AuthInfo=socket=$D/munge/munge.socket,cred_expire=10
+# cred_expire: how long a requeued job waits before it may start again (120 s by default; 5 is
+# the least Slurm takes).
+AuthInfo=socket=$D/munge/munge.socket,cred_expire=5
 SlurmctldPort=$ctld_port
 StateSaveLocation=$D/state
 SlurmdSpoolDir=$D/spool/%n
@@ -92,6 +93,10 @@ JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 SchedulerType=sched/backfill
+# Scheduling passes every 2 s (main) and 1 s (backfill), not 60 and 30: a requeued job starts
+# about 6 s after its requeue instead of at the next pass, up to 30 s later (a time-limit test
+# spent half its minute there).
+SchedulerParameters=sched_interval=2,bf_interval=1
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 MpiDefault=pmix

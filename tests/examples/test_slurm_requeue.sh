@@ -2,9 +2,9 @@
 # The sbatch script that runs antdt-train runs a program of your own just as well: pointed at
 # the MLP example (ANTDT_PROGRAM), on a real Slurm on localhost, with a 40-second limit and
 # SIGUSR1 15 s before it. Slurm checks time limits every 30 s from slurmctld's start, so the
-# warning comes about 27 s into the job; the training (about 34 s, on the virtual device) stops
+# warning comes about 28 s into the job; the training (about 38 s, on the virtual device) stops
 # after its step, checkpoints it and exits 76; the script requeues the job, which resumes from
-# that checkpoint (at Slurm's next backfill pass, 30 s on) and finishes the run. Every sample is
+# that checkpoint (about 6 s later: local-slurm.sh's scheduling passes) and finishes the run. Every sample is
 # trained exactly once per epoch, counted from each run's --sample-log (not antdt's counters).
 #   test_slurm_requeue.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
@@ -39,10 +39,11 @@ export ANTDT_PROGRAM="$D/mlp.sh" ANTDT_RUN_DIR="$D/run" ANTDT_RUN_NAME=mlp ANTDT
 # would be the same files as those of a test on another private Slurm at the same time.
 mkdir -p "$D/shm"
 export OMPI_MCA_btl_vader_backing_directory="$D/shm"
-# 4 epochs of 2048 samples at B=64: 128 steps of 2 ranks x 32 samples x 6.5 ms = 0.21 s each
-# (0.25 s with the step's overhead); the rest after the stop (about 8 s) ends before the
-# second run's warning.
-args=(--samples $samples --epochs $epochs --global-batch 64 --virtual-device 0.0065 --quiet)
+# 4 epochs of 2048 samples at B=64: 128 steps of 2 ranks x 32 samples x 9 ms = 0.29 s each
+# (0.3 s with the step's overhead). The run must outlast the warning: at 6.5 ms a step, on an
+# idle machine, it ended 28 s into the job, before the warning came. The rest after the stop
+# (about 10 s) ends before the second run's warning.
+args=(--samples $samples --epochs $epochs --global-batch 64 --virtual-device 0.009 --quiet)
 id=$(sbatch --parsable -n 2 --time=0:40 --signal=B:USR1@15 -J mlp -o "$D/run/job-%j.out" "$script" "${args[@]}")
 for _ in $(seq 1500); do  # up to 5 minutes
   state=$(scontrol show job "$id" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | head -1 | cut -d= -f2)
