@@ -16,6 +16,7 @@ packages=(
   python3 clang-format
   python3-matplotlib  # the plots of perf/studies
   iproute2            # the tests' cluster of network namespaces (ip netns, veth, tc)
+  ccache              # scripts/test.sh compiles through it: CI's later builds reuse its objects
   # The framework adapters (docs/torch.md, docs/python.md): libtorch (PyTorch's C++ API, CPU) and
   # PyTorch for Debian's /usr/bin/python3, with NumPy, pybind11 and mpi4py. The build skips
   # an adapter, saying why, when its framework is missing.
