@@ -13,6 +13,10 @@
 #   stall         a rank stopped mid-run (SIGSTOP of its process on n2) is named with its node,
 #                 n2 goes to the exclude list, the job ends with exit 5 and the script resubmits
 #                 it without n2; the new job completes, every sample once per epoch
+#   phases        a rank stopped in each of the ten phases of a run (startup, probe, step, reduction,
+#                 control exchange, evaluation, checkpoint write by rank 0 and by another rank,
+#                 resume, end), one job per phase, five at a time (phases.py): exit 5 within the
+#                 timeout and its grace, the rank and its node named, the waiting ranks asleep
 #   slow_link     n3's link limited to 20 Mbit/s (tc tbf) and n2's compute at half speed: the
 #                 step's all-reduce slows down for every rank alike, so dd lowers n2's share and
 #                 not n3's (a smaller share cannot shorten an all-reduce of the same bytes)
@@ -20,7 +24,8 @@
 set -euo pipefail
 build=$(cd "$1" && pwd); src=$(cd "$2" && pwd); case=${3:?CASE}
 train=$build/apps/antdt-train netns=$src/scripts/slurm/netns-slurm.sh
-case $case in nd_pool | slow_link) nodes=3 ;; kill_restart | stall) nodes=4 ;; *) echo "unknown case '$case'"; exit 2 ;; esac
+cpus=2
+case $case in nd_pool | slow_link) nodes=3 ;; phases) nodes=3 cpus=5 ;; kill_restart | stall) nodes=4 ;; *) echo "unknown case '$case'"; exit 2 ;; esac
 
 D=$(mktemp -d "/tmp/antdt-cluster-$case.XXXXXX")
 chmod 755 "$D"  # munged insists that every directory above its socket is world-executable
@@ -28,7 +33,7 @@ cleanup() { "$netns" stop "$D/slurm" >/dev/null 2>&1 || true; rm -rf "$D"; }
 trap cleanup EXIT
 trap 'exit 143' TERM INT
 rc=0
-conf=$(ANTDT_NETNS_OWNER=$$ "$netns" start "$D/slurm" $nodes 2>"$D/start.err") || rc=$?
+conf=$(ANTDT_NETNS_OWNER=$$ ANTDT_SLURM_CPUS=$cpus "$netns" start "$D/slurm" $nodes 2>"$D/start.err") || rc=$?
 if [ "$rc" = 77 ]; then cat "$D/start.err"; exit 77; fi
 [ "$rc" = 0 ] || { cat "$D/start.err"; tail -20 "$D"/slurm/log/*.log; exit 1; }
 eval "$conf"
@@ -206,6 +211,10 @@ assert [e["committed"] for e in s["epochs"]] == [n, n], s["epochs"]
 print("stall OK: resumed without n2, on", s["nodes"])
 PY
   exactly_once $samples 2 "$D/run/samples-$first-0" "$D/run/samples-$second-0" || fail "exactly-once check failed"
+  ;;
+
+phases)
+  python3 "$src/tests/cluster/phases.py" "$build" "$D/run" || fail "a phase was not guarded on the cluster"
   ;;
 
 slow_link)
