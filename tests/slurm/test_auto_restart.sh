@@ -26,25 +26,27 @@ eval "$conf"
 fail() { echo "FAIL: $*"; for f in "$D"/run*/*.out "$D"/*.out "$D"/slurm/log/slurmctld.log; do [ -f "$f" ] && { echo "--- $f"; tail -40 "$f"; }; done; exit 1; }
 [ "$(sinfo -h -N -o %N | sort -u | paste -sd, -)" = "n1,n2,n3,n4" ] || fail "expected four nodes n1..n4"
 
-wait_job() {  # waits until the job has left the queue; prints its final state
-  local id=$1
-  for _ in $(seq 900); do
-    [ -z "$(squeue -h -j "$id" 2>/dev/null)" ] && break
-    sleep 0.2
-  done
-  scontrol show job "$id" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | head -1 | cut -d= -f2
-}
+. "$src/tests/slurm/lib.sh"  # wait_job, tcp_startup_failed
 export ANTDT_TRAIN="$build/apps/antdt-train" ANTDT_LOG_LEVEL=warn ANTDT_RESTART_COOLDOWN=0
 common=(--layers 8,16,4 --global-batch 60 --policy auto --virtual-device 0.001 --emulate-schedule @n2:10:0.2
         --checkpoint-every 5 --quiet)
+submit() {  # RUN_DIR NAME DATA EPOCHS: a job on 3 nodes, waited for; sets job and state (its final one).
+  local attempt
+  for attempt in 1 2; do  # once more when Open MPI's TCP start-up failed
+    job=$(ANTDT_RUN_DIR="$1" sbatch --parsable -N 3 --ntasks-per-node=1 -J "$2" -o "$1/job-%j.out" \
+            "$src/scripts/slurm/antdt-train.sbatch" --data "$3" --epochs "$4" "${common[@]}")
+    state=$(wait_job "$job")
+    [ "$state" != COMPLETED ] && [ $attempt = 1 ] && tcp_startup_failed "$1/job-$job.out" && continue
+    return 0
+  done
+}
 
 # 1. It pays: three epochs of 6000 samples.
 samples=6000
 "$build/apps/antdt-datagen" -o "$D/train.h5" --samples $samples --dim 8 --classes 4 >/dev/null
 mkdir -p "$D/run"
-first=$(ANTDT_RUN_DIR="$D/run" sbatch --parsable -N 3 --ntasks-per-node=1 -J autorestart -o "$D/run/job-%j.out" \
-          "$src/scripts/slurm/antdt-train.sbatch" --data "$D/train.h5" --epochs 3 "${common[@]}")
-state=$(wait_job "$first")
+submit "$D/run" autorestart "$D/train.h5" 3
+first=$job
 [ "$state" = COMPLETED ] || fail "the first job ended as '$state' (it hands over with exit 0 after resubmitting)"
 grep -q "antdt: kill-restart (exit 75)" "$D/run/job-$first.out" || fail "auto did not stop the first job for a kill-restart"
 second=$(sed -n 's/^antdt: resubmitted as job \([0-9]*\).*/\1/p' "$D/run/job-$first.out")
@@ -74,9 +76,7 @@ PY
 small=1500
 "$build/apps/antdt-datagen" -o "$D/small.h5" --samples $small --dim 8 --classes 4 >/dev/null
 mkdir -p "$D/run2"
-job=$(ANTDT_RUN_DIR="$D/run2" sbatch --parsable -N 3 --ntasks-per-node=1 -J autostay -o "$D/run2/job-%j.out" \
-        "$src/scripts/slurm/antdt-train.sbatch" --data "$D/small.h5" --epochs 1 "${common[@]}")
-state=$(wait_job "$job")
+submit "$D/run2" autostay "$D/small.h5" 1
 [ "$state" = COMPLETED ] || fail "the short job ended as '$state'"
 grep -q "antdt: kill-restart (exit 75)" "$D/run2/job-$job.out" && fail "auto restarted although it could not pay"
 python3 - "$D/run2/summary-$job-0.json" $small <<'PY' || fail "summary checks of the short job failed"

@@ -27,18 +27,15 @@ export ANTDT_TRAIN="$build/apps/antdt-train" ANTDT_RUN_DIR="$D/run" ANTDT_LOG_LE
 args=(--data "$D/train.h5" --layers 8,16,4 --global-batch 60 --epochs 3 --policy nd --virtual-device 0.001
       --emulate-schedule @n2:10:0.2 --checkpoint-every 5 --quiet)
 
-wait_job() {  # waits until the job has left the queue; prints its final state
-  local id=$1
-  for _ in $(seq 900); do
-    [ -z "$(squeue -h -j "$id" 2>/dev/null)" ] && break
-    sleep 0.2
-  done
-  scontrol show job "$id" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | head -1 | cut -d= -f2
-}
+. "$src/tests/slurm/lib.sh"  # wait_job, tcp_startup_failed
 
-first=$(sbatch --parsable -N 3 --ntasks-per-node=1 -J ndrestart -o "$D/run/job-%j.out" \
-          "$src/scripts/slurm/antdt-train.sbatch" "${args[@]}")
-state=$(wait_job "$first")
+for attempt in 1 2; do
+  first=$(sbatch --parsable -N 3 --ntasks-per-node=1 -J ndrestart -o "$D/run/job-%j.out" \
+            "$src/scripts/slurm/antdt-train.sbatch" "${args[@]}")
+  state=$(wait_job "$first")
+  [ "$state" != COMPLETED ] && [ $attempt = 1 ] && tcp_startup_failed "$D/run/job-$first.out" && continue
+  break
+done
 [ "$state" = COMPLETED ] || fail "the first job ended as '$state' (it hands over with exit 0 after resubmitting)"
 grep -q "antdt: kill-restart (exit 75)" "$D/run/job-$first.out" || fail "the first job did not stop for a kill-restart"
 second=$(sed -n 's/^antdt: resubmitted as job \([0-9]*\).*/\1/p' "$D/run/job-$first.out")

@@ -23,14 +23,7 @@ mkdir -p "$D/run"
 export ANTDT_TRAIN="$build/apps/antdt-train" ANTDT_RUN_DIR="$D/run" ANTDT_LOG_LEVEL=warn
 common=(--data "$D/train.h5" --layers 8,16,4 --global-batch 30 --epochs 2 --policy dd --checkpoint-every 4 --quiet)
 
-wait_job() {  # prints the job's final state
-  local id=$1
-  for _ in $(seq 600); do
-    [ -z "$(squeue -h -j "$id" 2>/dev/null)" ] && break
-    sleep 0.2
-  done
-  scontrol show job "$id" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | head -1 | cut -d= -f2
-}
+. "$src/tests/slurm/lib.sh"  # wait_job
 
 # 1. A job that loses rank 1 at step 9 must end (not hang) and fail. It is a named run, which a
 #    later submission of the same name continues.
