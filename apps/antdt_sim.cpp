@@ -21,10 +21,10 @@
 #include "antdt/cli.hpp"
 #include "antdt/emulation.hpp"
 #include "antdt/error.hpp"
-#include "antdt/log.hpp"
 #include "antdt/report.hpp"
 #include "controller/controller.hpp"
 #include "controller/planner.hpp"
+#include "core/log.hpp"
 #include "sim/simulator.hpp"
 
 namespace {

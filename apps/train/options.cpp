@@ -3,9 +3,9 @@
 #include "antdt/cli.hpp"
 #include "antdt/emulation.hpp"
 #include "antdt/error.hpp"
-#include "antdt/log.hpp"
-#include "antdt/model.hpp"
+#include "core/log.hpp"
 #include "job/job_access.hpp"
+#include "model/model.hpp"
 
 namespace antdt::train {
 

@@ -7,11 +7,11 @@
 #include <numeric>
 #include <string>
 
-#include "antdt/checkpoint.hpp"
 #include "antdt/error.hpp"
-#include "antdt/log.hpp"
 #include "antdt/report.hpp"
+#include "checkpoint/checkpoint.hpp"
 #include "core/error_kind.hpp"
+#include "core/log.hpp"
 #include "job/job_access.hpp"
 #include "transport/guard.hpp"
 

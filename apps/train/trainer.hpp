@@ -11,13 +11,13 @@
 #include <vector>
 
 #include "antdt/data.hpp"
-#include "antdt/device.hpp"
-#include "antdt/evaluate.hpp"
 #include "antdt/job.hpp"
-#include "antdt/model.hpp"
-#include "antdt/read_ahead.hpp"
-#include "antdt/reduce.hpp"
-#include "antdt/session.hpp"
+#include "comm/reduce.hpp"
+#include "data/evaluate.hpp"
+#include "data/read_ahead.hpp"
+#include "model/model.hpp"
+#include "runtime/device.hpp"
+#include "session/session.hpp"
 #include "train/options.hpp"
 
 namespace antdt::train {

@@ -1,17 +1,17 @@
-// Observability: the end-of-run summary (human and JSON), per-step metrics (CSV or JSONL),
-// and a Chrome-trace timeline (open in Perfetto or chrome://tracing). All of it is built on
-// rank 0 from the step records the Session keeps there; writing is local to rank 0.
+// The end-of-run summary: what a run came to (RunSummary), as JSON and as text. Job::on_report
+// hands it to the program on rank 0 to add its own figures before it is written. The metrics
+// and timeline files are written by the Job itself (--metrics, --timeline).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "antdt/options.hpp"
 #include "antdt/plan.hpp"
-#include "antdt/session.hpp"
+#include "antdt/step.hpp"
 
 namespace antdt {
 
@@ -66,52 +66,9 @@ struct RunSummary {
   std::string stopped_by;                  // rank 0's signal ("SIGTERM"), "" when another rank's
 };
 
-// Fills the session-derived fields of `summary` (rank 0 only; elsewhere returns it unchanged).
-void summarize_session(const Session& session, RunSummary& summary);
-
+// The summary as JSON (what --summary-json writes) and as the end-of-run text report.
 [[nodiscard]] std::string summary_json(const RunSummary& summary);
 [[nodiscard]] std::string summary_text(const RunSummary& summary);
-
-enum class MetricsFormat { csv, jsonl };
-// csv when the path ends in .csv, jsonl otherwise.
-[[nodiscard]] MetricsFormat metrics_format_for(const std::string& path);
-
-// Streams one row per step and rank as steps end (Session::add_record_sink): step, rank,
-// samples, micro_steps, compute/data/reduce/idle seconds, wall seconds, plan version, batch
-// share, predicted step seconds. Rows reach the file at least every few seconds, so a job that
-// dies keeps what it measured. FileError when the file cannot be opened or a write fails.
-class MetricsWriter {
- public:
-  MetricsWriter(const std::string& path, MetricsFormat format);
-  ~MetricsWriter();
-  MetricsWriter(const MetricsWriter&) = delete;
-  MetricsWriter& operator=(const MetricsWriter&) = delete;
-  void write(const StepRecord& record);
-  // Flushes and checks every write; FileError on a failed one.
-  void close();
-
- private:
-  struct State;
-  std::unique_ptr<State> state_;
-};
-
-// Streams a Chrome trace (the JSON array format, which a reader accepts without its closing
-// bracket, so a job that dies leaves a loadable file): one track per rank with data, compute,
-// idle and reduce spans for every step, and an instant event where a plan comes in force.
-class TimelineWriter {
- public:
-  explicit TimelineWriter(const std::string& path);
-  ~TimelineWriter();
-  TimelineWriter(const TimelineWriter&) = delete;
-  TimelineWriter& operator=(const TimelineWriter&) = delete;
-  void write(const StepRecord& record, const Plan& in_force);
-  // Closes the array; FileError on a failed write.
-  void close();
-
- private:
-  struct State;
-  std::unique_ptr<State> state_;
-};
 
 // FNV-1a 64-bit hash of raw bytes, as 16 hex digits.
 [[nodiscard]] std::string fnv1a_hex(const void* data, std::size_t bytes);

@@ -14,11 +14,11 @@
 #include <string>
 #include <vector>
 
-#include "antdt/device.hpp"
 #include "antdt/error.hpp"
 #include "cuda/cuda_raii.hpp"
 #include "cuda/mlp_kernels.hpp"
 #include "host/mlp_common.hpp"
+#include "runtime/device.hpp"
 
 namespace antdt::detail {
 namespace {

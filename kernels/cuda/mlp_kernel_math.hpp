@@ -9,7 +9,7 @@
 
 #include <cstdint>
 
-#include "antdt/sample_count.hpp"
+#include "comm/sample_count.hpp"
 
 #if defined(__CUDACC__)
 #define ANTDT_KERNEL_MATH __host__ __device__ __forceinline__

@@ -25,7 +25,7 @@ cudaError_t softmax_cross_entropy(cudaStream_t stream, float* logits, const std:
 // delta[i] = activation[i] > 0 ? delta[i] : 0
 cudaError_t relu_mask(cudaStream_t stream, float* delta, const float* activation, std::int64_t count);
 
-// Adds n to the sample count in slots[0, kSampleCountSlots) (antdt/sample_count.hpp); one thread.
+// Adds n to the sample count in slots[0, kSampleCountSlots) (src/comm/sample_count.hpp); one thread.
 cudaError_t add_sample_count(cudaStream_t stream, float* slots, std::int64_t n);
 
 // x[i] = value
@@ -40,7 +40,7 @@ cudaError_t flag_non_finite(cudaStream_t stream, const float* x, std::int64_t co
 cudaError_t prepare_update(cudaStream_t stream, const float* count_slots, std::int64_t* steps, float beta1, float beta2,
                            math::UpdateCoefficients* out);
 
-// The optimizers of include/antdt/model.hpp, on the mean gradient g*inv_count + wd*p, with the
+// The optimizers of src/model/model.hpp, on the mean gradient g*inv_count + wd*p, with the
 // coefficients prepare_update wrote (device memory; no-op when they are inactive).
 cudaError_t sgd_step(cudaStream_t stream, float* p, float* momentum, const float* grad_sum, std::int64_t count,
                      const math::UpdateCoefficients* k, float lr, float mu, float wd);

@@ -7,8 +7,8 @@
 #include <memory>
 #include <vector>
 
-#include "antdt/device.hpp"
-#include "antdt/model.hpp"
+#include "model/model.hpp"
+#include "runtime/device.hpp"
 
 namespace antdt::detail {
 

@@ -245,7 +245,7 @@ BatchResult HostMlp::backward(const float* features, const std::int32_t* labels,
   const auto t0 = std::chrono::steady_clock::now();
   if (n <= 0) return {};
   BatchResult r = forward(features, labels, n, true);
-  // The count slots (exact digits, antdt/sample_count.hpp), reported with the last layer.
+  // The count slots (exact digits, src/comm/sample_count.hpp), reported with the last layer.
   add_sample_count(gradients_.data() + layout_.parameter_count, n);
   const int rows = blas_int(n);
   // delta starts as the last layer's dZ (in its activation buffer), then ping-pongs. Each

@@ -8,8 +8,8 @@
 #include <span>
 #include <vector>
 
-#include "antdt/model.hpp"
 #include "host/mlp_common.hpp"
+#include "model/model.hpp"
 
 namespace antdt::detail {
 

@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "antdt/config.hpp"
-#include "antdt/model.hpp"
 #include "antdt/runtime.hpp"
+#include "model/model.hpp"
 
 namespace {
 

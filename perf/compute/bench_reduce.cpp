@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "antdt/comm.hpp"
-#include "antdt/model.hpp"
-#include "antdt/reduce.hpp"
 #include "antdt/runtime.hpp"
+#include "comm/reduce.hpp"
+#include "model/model.hpp"
+#include "transport/comm.hpp"
 
 namespace {
 

@@ -20,9 +20,9 @@
 #include <vector>
 
 #include "antdt/error.hpp"
-#include "antdt/model.hpp"
 #include "host/mlp_common.hpp"
 #include "mlp_reference.hpp"  // tests/compute: the tests' data and reference MLP
+#include "model/model.hpp"
 
 // ANTDT_BENCH_HOST_BACKEND: 1 when kernels/host/mlp_host.cpp and a BLAS are linked in (the
 // CMake targets and perf/gpu-bundle.sh), so the host/CUDA agreement check runs; 0 when

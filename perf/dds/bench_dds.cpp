@@ -21,12 +21,12 @@
 #include <string>
 #include <vector>
 
-#include "antdt/comm.hpp"
 #include "antdt/data.hpp"
 #include "antdt/error.hpp"
 #include "antdt/runtime.hpp"
-#include "antdt/session.hpp"
 #include "dds/dds.hpp"
+#include "session/session.hpp"
+#include "transport/comm.hpp"
 
 namespace {
 

@@ -28,6 +28,11 @@
 
 #include "agent/emulation.hpp"
 #include "antdt/antdt.hpp"
+#include "comm/reduce.hpp"
+#include "core/log.hpp"
+#include "model/model.hpp"
+#include "runtime/device.hpp"
+#include "session/session.hpp"
 
 namespace {
 

@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "antdt/error.hpp"
-#include "antdt/log.hpp"
+#include "core/log.hpp"
 
 namespace antdt::agent {
 

@@ -19,7 +19,7 @@
 // Integrity: the file is written with the 1.8 format as the lowest bound, so HDF5 itself
 // checksums its metadata (superblock v2, object headers v2); our per-data-set checksum
 // covers the raw data, which HDF5 does not checksum without filters.
-#include "antdt/checkpoint.hpp"
+#include "checkpoint/checkpoint.hpp"
 
 #include <fcntl.h>
 #include <hdf5.h>
@@ -37,10 +37,10 @@
 
 #include "antdt/config.hpp"
 #include "antdt/error.hpp"
-#include "antdt/log.hpp"
 #include "checkpoint/fnv1a.hpp"
 #include "checkpoint/h5.hpp"
 #include "checkpoint/store_names.hpp"
+#include "core/log.hpp"
 
 namespace fs = std::filesystem;
 

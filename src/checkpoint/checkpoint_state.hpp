@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "antdt/checkpoint.hpp"
+#include "checkpoint/checkpoint.hpp"
 #include "core/saved_state.hpp"
 
 namespace antdt::detail {

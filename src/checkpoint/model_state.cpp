@@ -4,11 +4,11 @@
 #include <string>
 #include <vector>
 
-#include "antdt/checkpoint.hpp"
-#include "antdt/comm.hpp"
 #include "antdt/error.hpp"
-#include "antdt/model.hpp"
+#include "checkpoint/checkpoint.hpp"
+#include "model/model.hpp"
 #include "transport/collectives.hpp"
+#include "transport/comm.hpp"
 
 namespace antdt {
 

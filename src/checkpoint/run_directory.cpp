@@ -20,10 +20,10 @@
 #include <system_error>
 #include <utility>
 
-#include "antdt/checkpoint.hpp"
 #include "antdt/error.hpp"
-#include "antdt/log.hpp"
+#include "checkpoint/checkpoint.hpp"
 #include "checkpoint/store_names.hpp"
+#include "core/log.hpp"
 
 namespace fs = std::filesystem;
 

@@ -22,10 +22,10 @@
 
 #include <mpi.h>
 
-#include "antdt/device.hpp"
 #include "antdt/error.hpp"
-#include "antdt/log.hpp"
 #include "comm/reducer_backends.hpp"
+#include "core/log.hpp"
+#include "runtime/device.hpp"
 #include "runtime/device_copy.hpp"
 #include "transport/guard.hpp"
 

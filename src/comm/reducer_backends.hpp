@@ -7,9 +7,9 @@
 #include <memory>
 #include <string>
 
-#include "antdt/comm.hpp"
-#include "antdt/device.hpp"
-#include "antdt/reduce.hpp"
+#include "comm/reduce.hpp"
+#include "runtime/device.hpp"
+#include "transport/comm.hpp"
 
 namespace antdt::comm {
 

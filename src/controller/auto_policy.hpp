@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "controller/dd_policy.hpp"
+#include "controller/pooling_status.hpp"
 
 namespace antdt::detail {
 

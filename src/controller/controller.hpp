@@ -17,6 +17,7 @@
 #include "antdt/options.hpp"
 #include "antdt/plan.hpp"
 #include "controller/planner.hpp"
+#include "controller/pooling_status.hpp"
 #include "monitor/monitor.hpp"
 
 namespace antdt {

@@ -1,4 +1,4 @@
-#include "antdt/log.hpp"
+#include "core/log.hpp"
 
 #include <unistd.h>
 

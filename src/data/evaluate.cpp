@@ -1,4 +1,4 @@
-#include "antdt/evaluate.hpp"
+#include "data/evaluate.hpp"
 
 #include <mpi.h>
 

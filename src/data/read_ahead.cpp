@@ -1,5 +1,5 @@
-// data::Batch and data::ReadAhead (include/antdt/read_ahead.hpp).
-#include "antdt/read_ahead.hpp"
+// data::Batch and data::ReadAhead (src/data/read_ahead.hpp).
+#include "data/read_ahead.hpp"
 
 #include <algorithm>
 #include <utility>

@@ -4,9 +4,9 @@
 
 #include <functional>
 
-#include "antdt/checkpoint.hpp"
 #include "antdt/job.hpp"
-#include "antdt/session.hpp"
+#include "checkpoint/checkpoint.hpp"
+#include "session/session.hpp"
 
 namespace antdt::detail {
 

@@ -10,8 +10,8 @@
 #include <filesystem>
 #include <system_error>
 
-#include "antdt/checkpoint.hpp"
 #include "antdt/error.hpp"
+#include "checkpoint/checkpoint.hpp"
 #include "core/option_names.hpp"
 
 namespace antdt::cli {

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "antdt/error.hpp"
-#include "antdt/log.hpp"
+#include "core/log.hpp"
 
 namespace antdt::detail {
 

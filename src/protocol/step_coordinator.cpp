@@ -7,9 +7,9 @@
 #include <string>
 
 #include "antdt/error.hpp"
-#include "antdt/log.hpp"
 #include "controller/planner.hpp"
 #include "core/bytes.hpp"
+#include "core/log.hpp"
 #include "core/plan_codec.hpp"
 
 namespace antdt::protocol {

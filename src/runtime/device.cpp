@@ -1,4 +1,4 @@
-#include "antdt/device.hpp"
+#include "runtime/device.hpp"
 
 #include <atomic>
 #include <mutex>
@@ -8,7 +8,7 @@
 
 #include "antdt/config.hpp"
 #include "antdt/error.hpp"
-#include "antdt/log.hpp"
+#include "core/log.hpp"
 
 #if ANTDT_HAVE_CUDA
 #include <cuda_runtime.h>

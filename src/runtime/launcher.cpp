@@ -1,4 +1,4 @@
-#include "antdt/launcher.hpp"
+#include "runtime/launcher.hpp"
 
 #include <unistd.h>
 
@@ -6,8 +6,8 @@
 #include <cstdlib>
 #include <utility>
 
-#include "antdt/comm.hpp"
 #include "antdt/error.hpp"
+#include "transport/comm.hpp"
 
 namespace antdt {
 

@@ -2,10 +2,10 @@
 
 #include <mpi.h>
 
-#include "antdt/comm.hpp"
 #include "antdt/config.hpp"
 #include "antdt/error.hpp"
-#include "antdt/log.hpp"
+#include "core/log.hpp"
+#include "transport/comm.hpp"
 
 #if ANTDT_HAVE_KOKKOS
 #include <Kokkos_Core.hpp>

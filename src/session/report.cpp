@@ -1,4 +1,5 @@
 #include "antdt/report.hpp"
+#include "session/report_writers.hpp"
 
 #include <algorithm>
 #include <cerrno>

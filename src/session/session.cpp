@@ -5,23 +5,23 @@
 // rank's StepReport to rank 0, the StepCoordinator decides, and each rank gets its own
 // StepReply (and a new plan, when there is one). Everything that decides lives in those two
 // pure objects; this file only moves their messages over MPI and keeps rank 0's records.
-#include "antdt/session.hpp"
+#include "session/session.hpp"
 
 #include <mpi.h>
 
 #include <algorithm>
 
 #include "agent/agent.hpp"
-#include "antdt/checkpoint.hpp"
 #include "antdt/error.hpp"
-#include "antdt/launcher.hpp"
-#include "antdt/log.hpp"
-#include "antdt/reduce.hpp"
+#include "checkpoint/checkpoint.hpp"
 #include "checkpoint/checkpoint_state.hpp"
+#include "comm/reduce.hpp"
 #include "controller/planner.hpp"
 #include "core/bytes.hpp"
+#include "core/log.hpp"
 #include "core/plan_codec.hpp"
 #include "protocol/step_coordinator.hpp"
+#include "runtime/launcher.hpp"
 #include "session/run_recorder.hpp"
 #include "session/session_setup.hpp"
 #include "transport/collectives.hpp"

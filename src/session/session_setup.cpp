@@ -4,7 +4,7 @@
 #include <string>
 
 #include "antdt/error.hpp"
-#include "antdt/sample_count.hpp"
+#include "comm/sample_count.hpp"
 #include "controller/controller.hpp"
 #include "controller/planner.hpp"
 #include "core/option_names.hpp"
@@ -16,7 +16,7 @@ void validate_session_options(const SessionOptions& o, int world, bool dataset_k
   if (dataset_known && o.dataset_size < 1) throw UsageError("the data set is empty: it needs at least 1 sample");
   if (o.global_batch < 1) throw UsageError(name("global-batch") + " must be at least 1");
   // The reduced sample count is exact at any B on up to kExactCountMaxRanks ranks, and at any
-  // world size while B <= 2^24 (antdt/sample_count.hpp).
+  // world size while B <= 2^24 (src/comm/sample_count.hpp).
   if (world > kExactCountMaxRanks && o.global_batch > (std::int64_t{1} << 24)) {
     throw UsageError("on more than " + std::to_string(kExactCountMaxRanks) +
                      " ranks the reduced sample count is exact only up to 2^24 = 16777216 samples per step, but " +

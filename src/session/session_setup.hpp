@@ -5,9 +5,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "antdt/session.hpp"
 #include "dds/dds.hpp"
 #include "protocol/step_coordinator.hpp"
+#include "session/session.hpp"
 
 namespace antdt::detail {
 

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "antdt/comm.hpp"
 #include "antdt/error.hpp"
+#include "transport/comm.hpp"
 #include "transport/guard.hpp"
 
 namespace antdt::detail {

@@ -1,4 +1,4 @@
-#include "antdt/comm.hpp"
+#include "transport/comm.hpp"
 
 #include <utility>
 

@@ -20,7 +20,7 @@
 #include <span>
 #include <vector>
 
-#include "antdt/comm.hpp"
+#include "transport/comm.hpp"
 
 namespace antdt::detail {
 

@@ -10,7 +10,7 @@
 
 #include <cstdint>
 
-#include "antdt/comm.hpp"
+#include "transport/comm.hpp"
 
 namespace antdt::detail {
 

@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "antdt/checkpoint.hpp"
 #include "antdt/config.hpp"
 #include "antdt/error.hpp"
+#include "checkpoint/checkpoint.hpp"
 #include "checkpoint/fnv1a.hpp"
 
 namespace fs = std::filesystem;

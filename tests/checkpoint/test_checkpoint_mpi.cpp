@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "antdt/checkpoint.hpp"
+#include "checkpoint/checkpoint.hpp"
 
 namespace fs = std::filesystem;
 

@@ -8,9 +8,9 @@
 #include <string>
 
 #include "antdt/config.hpp"
-#include "antdt/device.hpp"
-#include "antdt/model.hpp"
 #include "mlp_reference.hpp"
+#include "model/model.hpp"
+#include "runtime/device.hpp"
 
 namespace antdt::test {
 

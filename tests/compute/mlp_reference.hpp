@@ -9,11 +9,11 @@
 #include <random>
 #include <vector>
 
-#include "antdt/sample_count.hpp"
+#include "comm/sample_count.hpp"
 
 namespace antdt::test {
 
-// The sample count in a gradient snapshot's trailing slots (antdt/sample_count.hpp).
+// The sample count in a gradient snapshot's trailing slots (src/comm/sample_count.hpp).
 inline std::int64_t count_of(const std::vector<float>& g) {
   return g.size() < static_cast<std::size_t>(kSampleCountSlots)
              ? -1

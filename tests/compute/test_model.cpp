@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "antdt/error.hpp"
-#include "antdt/model.hpp"
 #include "compute_test_support.hpp"
+#include "model/model.hpp"
 #include "runtime/device_copy.hpp"
 
 using namespace antdt;
@@ -53,7 +53,7 @@ TEST_P(ModelTest, GradientMatchesCentralFiniteDifferences) {
   EXPECT_EQ(gradient_snapshot(*model), g);
 }
 
-// The count slots' encoding (antdt/sample_count.hpp): it round-trips any count, and the float
+// The count slots' encoding (src/comm/sample_count.hpp): it round-trips any count, and the float
 // sums of every rank's slots decode to the exact total, in any order, up to
 // kExactCountMaxRanks ranks at any count and at any number of ranks up to 2^24 samples.
 TEST(SampleCount, DigitSlotsSumExactlyWhereOneFloatDoesNot) {

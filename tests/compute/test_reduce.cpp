@@ -10,14 +10,14 @@
 #include <string>
 #include <vector>
 
-#include "antdt/comm.hpp"
 #include "antdt/config.hpp"
 #include "antdt/error.hpp"
-#include "antdt/model.hpp"
-#include "antdt/reduce.hpp"
-#include "antdt/sample_count.hpp"
+#include "comm/reduce.hpp"
+#include "comm/sample_count.hpp"
 #include "compute_test_support.hpp"
+#include "model/model.hpp"
 #include "runtime/device_copy.hpp"
+#include "transport/comm.hpp"
 
 #if ANTDT_HAVE_NCCL
 #include <nccl.h>
@@ -116,7 +116,7 @@ TEST_P(ReduceTest, AnySplitMatchesOneRankOnTheSameSamples) {
                 accumulate_micro_batches(*model, data.x(first), data.y(first), mine, cap, pending.get());
             EXPECT_EQ(r.samples, mine);
             // No Model::synchronize(): the reducer orders itself after the model's queued work
-            // (include/antdt/reduce.hpp). On the rank0-zero split, rank 0's only work is the
+            // (src/comm/reduce.hpp). On the rank0-zero split, rank 0's only work is the
             // asynchronous zeroing of its buffer.
             if (pending) {
               pending->finish();

@@ -4,8 +4,8 @@
 #include <string>
 #include <type_traits>
 
-#include "antdt/comm.hpp"
 #include "antdt/error.hpp"
+#include "transport/comm.hpp"
 
 using antdt::Communicator;
 

@@ -3,8 +3,8 @@
 #include <cstdint>
 
 #include "antdt/config.hpp"
-#include "antdt/device.hpp"
 #include "antdt/error.hpp"
+#include "runtime/device.hpp"
 
 using namespace antdt;
 

@@ -2,7 +2,7 @@
 #include <mpi.h>
 
 #include "antdt/error.hpp"
-#include "antdt/launcher.hpp"
+#include "runtime/launcher.hpp"
 
 using antdt::discover_launch;
 using antdt::map_env;

@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "antdt/error.hpp"
-#include "antdt/log.hpp"
+#include "core/log.hpp"
 
 using namespace antdt::log;
 

@@ -10,11 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "antdt/comm.hpp"
 #include "antdt/data.hpp"
 #include "antdt/error.hpp"
-#include "antdt/session.hpp"
 #include "dds/dds.hpp"
+#include "session/session.hpp"
+#include "transport/comm.hpp"
 
 using namespace antdt::data;
 namespace fs = std::filesystem;

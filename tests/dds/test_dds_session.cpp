@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "antdt/error.hpp"
-#include "antdt/session.hpp"
 #include "controller/controller.hpp"
 #include "controller/planner.hpp"
+#include "session/session.hpp"
 #include "transport/control_channel.hpp"
 
 using namespace antdt;

@@ -12,7 +12,7 @@
 
 #include "antdt/data.hpp"
 #include "antdt/error.hpp"
-#include "antdt/read_ahead.hpp"
+#include "data/read_ahead.hpp"
 
 using namespace antdt::data;
 

@@ -3,11 +3,11 @@
 #include <cmath>
 #include <string_view>
 
-#include "antdt/device.hpp"
 #include "antdt/emulation.hpp"
-#include "antdt/log.hpp"
-#include "antdt/model.hpp"
+#include "core/log.hpp"
 #include "fuzz_target.hpp"
+#include "model/model.hpp"
+#include "runtime/device.hpp"
 
 namespace antdt::fuzz {
 

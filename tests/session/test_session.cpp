@@ -15,14 +15,14 @@
 #include <thread>
 #include <vector>
 
-#include "antdt/checkpoint.hpp"
-#include "antdt/device.hpp"
 #include "antdt/error.hpp"
-#include "antdt/model.hpp"
-#include "antdt/reduce.hpp"
-#include "antdt/session.hpp"
+#include "checkpoint/checkpoint.hpp"
+#include "comm/reduce.hpp"
 #include "core/bytes.hpp"
 #include "core/plan_codec.hpp"
+#include "model/model.hpp"
+#include "runtime/device.hpp"
+#include "session/session.hpp"
 #include "session/session_setup.hpp"
 
 using namespace antdt;

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "antdt/error.hpp"
-#include "antdt/session.hpp"
+#include "session/session.hpp"
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);

@@ -15,13 +15,13 @@
 
 #include <mpi.h>
 #include <antdt/cli.hpp>
-#include <antdt/comm.hpp>
 #include <antdt/data.hpp>
 #include <antdt/error.hpp>
 #include <antdt/job.hpp>
 #include <antdt/options.hpp>
 #include <antdt/report.hpp>
 #include <antdt/runtime.hpp>
+#include "transport/comm.hpp"
 
 #include <algorithm>
 #include <cstddef>

@@ -10,14 +10,14 @@
 #include <cstdlib>
 #include <vector>
 
-#include "antdt/comm.hpp"
 #include "antdt/config.hpp"
-#include "antdt/device.hpp"
 #include "antdt/error.hpp"
-#include "antdt/model.hpp"
-#include "antdt/reduce.hpp"
+#include "comm/reduce.hpp"
 #include "compute_test_support.hpp"
 #include "emulated_cuda.hpp"
+#include "model/model.hpp"
+#include "runtime/device.hpp"
+#include "transport/comm.hpp"
 
 namespace {
 

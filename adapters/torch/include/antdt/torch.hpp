@@ -51,8 +51,8 @@ namespace antdt {
 
 class Job;
 
-// The gradients of some parameters on one flat float32 buffer, for a program that drives
-// antdt::Session itself (TorchBridge uses it). Local: no collective call.
+// The gradients of some parameters on one flat float32 buffer, for a program that reduces them
+// itself (Job::reduce on buffer()); TorchBridge uses it. Local: no collective call.
 class TorchGradients {
  public:
   // The parameters that require a gradient, in this order, all on one device. UsageError for

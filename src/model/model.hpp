@@ -14,8 +14,8 @@
 #include <string_view>
 #include <vector>
 
-#include "antdt/device.hpp"
-#include "antdt/sample_count.hpp"
+#include "comm/sample_count.hpp"
+#include "runtime/device.hpp"
 
 namespace antdt {
 
@@ -79,7 +79,7 @@ struct BatchResult {
 // Gradient buffer layout: gradient_count() = parameter_count() + kSampleCountSlots floats:
 // the gradient SUMS over every sample accumulated since zero_gradients(), then the number of
 // samples accumulated, in kSampleCountSlots (11) slots as base-16 digits
-// (antdt/sample_count.hpp: encode_sample_count, decode_sample_count, add_sample_count). The
+// (src/comm/sample_count.hpp: encode_sample_count, decode_sample_count, add_sample_count). The
 // reducer sums the whole buffer across ranks in place, one collective, and the digit slots keep
 // the summed count exact for any count below 2^63 on up to 1,118,481 ranks (a single float slot
 // was exact only to 2^24 = 16.7M samples per step). apply_update() then divides by the decoded

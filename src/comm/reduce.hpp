@@ -1,5 +1,5 @@
 // Exact weighted gradient reduction. Each rank's Model buffer holds gradient SUMS plus the
-// sample count in kSampleCountSlots digit slots (include/antdt/model.hpp, sample_count.hpp);
+// sample count in kSampleCountSlots digit slots (src/model/model.hpp, src/comm/sample_count.hpp);
 // summing the whole buffer across ranks gives the global sums and the exact global count B in
 // one collective, so apply_update() can divide by B
 // and the update is (1/B) * sum over all used samples, whatever the split (a rank with zero
@@ -12,9 +12,9 @@
 #include <string_view>
 #include <vector>
 
-#include "antdt/comm.hpp"
-#include "antdt/device.hpp"
-#include "antdt/model.hpp"
+#include "model/model.hpp"
+#include "runtime/device.hpp"
+#include "transport/comm.hpp"
 
 namespace antdt {
 

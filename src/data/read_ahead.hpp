@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "antdt/data.hpp"
-#include "antdt/device.hpp"
+#include "runtime/device.hpp"
 
 namespace antdt::data {
 

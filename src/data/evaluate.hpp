@@ -4,10 +4,10 @@
 
 #include <cstdint>
 
-#include "antdt/comm.hpp"
 #include "antdt/data.hpp"
-#include "antdt/model.hpp"
-#include "antdt/read_ahead.hpp"
+#include "data/read_ahead.hpp"
+#include "model/model.hpp"
+#include "transport/comm.hpp"
 
 namespace antdt {
 

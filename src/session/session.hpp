@@ -34,11 +34,11 @@
 
 #include <mpi.h>
 
-#include "antdt/comm.hpp"
-#include "antdt/device.hpp"
 #include "antdt/options.hpp"
 #include "antdt/plan.hpp"
 #include "antdt/step.hpp"
+#include "runtime/device.hpp"
+#include "transport/comm.hpp"
 
 namespace antdt {
 
@@ -89,7 +89,7 @@ class Session {
 
   // Collective, the fused fast path of the built-in model: sums `buffer` (count floats,
   // host or device memory matching `reducer`) over ranks in place. Its LAST kSampleCountSlots
-  // elements carry the sample count as digits (antdt/sample_count.hpp), so after the call they
+  // elements carry the sample count as digits (src/comm/sample_count.hpp), so after the call they
   // hold B, exactly, and the caller divides (antdt::Model's apply_update does). One reduction
   // carries gradients and count together.
   void reduce_sums(float* buffer, std::int64_t count, GradientReducer& reducer);
