@@ -33,9 +33,17 @@ struct RunSummary {
   bool emulated = false;
   std::string emulation;  // EmulationOptions::describe()
   std::vector<double> emulated_speeds;
-  std::int64_t steps = 0;
-  std::int64_t samples = 0;  // committed samples
-  std::int64_t epochs_completed = 0;
+  // A run resumed from its checkpoints goes on in segments, one per process (a requeue, a
+  // resume after a stop or a kill; docs/job.md, "Segments"). The figures below are this
+  // segment's, except samples, epochs_completed, run_steps, duplicated_samples,
+  // missing_samples and coverage: those are the whole run's.
+  int segment = 1;                      // 1 for a fresh run, one more for each resume
+  std::int64_t segment_first_step = 0;  // the step of the run this segment began at
+  std::int64_t steps = 0;               // this segment's steps
+  std::int64_t segment_samples = 0;     // samples trained in this segment's steps
+  std::int64_t run_steps = 0;           // the run's steps, every segment's
+  std::int64_t samples = 0;             // the run's committed samples, every segment's
+  std::int64_t epochs_completed = 0;    // the run's
   double wall_seconds = 0.0;            // training loop only
   double throughput = 0.0;              // samples / wall_seconds
   std::vector<double> rank_throughput;  // x_i: window median samples per compute-second

@@ -39,6 +39,7 @@
 #include "job/job_access.hpp"
 #include "job/paths.hpp"
 #include "job/restart_records.hpp"
+#include "job/segments.hpp"
 #include "job/stop_signals.hpp"
 #include "runtime/launcher.hpp"
 #include "session/report_writers.hpp"
@@ -203,6 +204,7 @@ struct Job::Impl {
   double start_seconds = 0.0;  // the process's start before the Job (JobAccess)
   double t_start = 0.0, t_checkpoint = 0.0, relaunch_seconds = 0.0;
   std::int64_t committed_at_start = 0, step_at_start = 0;
+  int segment = 1;  // rank 0: this process's segment of the run (job/segments.hpp)
   std::vector<double> recent_loss;
   std::string last_checkpoint;
 
@@ -420,6 +422,16 @@ struct Job::Impl {
       const auto recorded = read_run_identity(ckpt_dir);
       if (!recorded || !describe_difference(*recorded, *identity).empty()) write_run_identity(ckpt_dir, *identity);
       if (resumed) relaunch_seconds += detail::note_relaunch(ckpt_dir);
+      // A resumed segment keeps the outputs an earlier one left at its paths (the same %j
+      // across a requeue): they move aside before this segment writes its own.
+      segment = detail::begin_segment(ckpt_dir, resumed);
+      if (segment == 1) return;
+      for (const auto* path : {&opt.output.summary_json, &opt.output.metrics, &opt.output.timeline}) {
+        const std::string kept = detail::keep_earlier_output(expand_job_id(*path, launch.job_id), segment - 1);
+        if (!kept.empty()) {
+          ANTDT_LOG(info) << "segment " << segment << " of the run: kept the earlier one's " << kept;
+        }
+      }
     });
     if (!resumed && opt.probe && probe && policy_rebalances(opt.session.controller.policy)) session->probe(probe);
     open_outputs();
@@ -583,6 +595,8 @@ struct Job::Impl {
     sum.job_id = launch.job_id;
     sum.wall_seconds = wall;
     summarize_session(*session, sum);
+    sum.segment = segment;
+    sum.segment_first_step = step_at_start;
     if (sum.stopped && detail::stop_signal() != 0) sum.stopped_by = detail::signal_name(detail::stop_signal());
     sum.epochs_completed = static_cast<std::int64_t>(sum.coverage.size());
     sum.final_loss = recent_loss.empty() ? 0.0

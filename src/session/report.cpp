@@ -85,6 +85,8 @@ void summarize_session(const Session& session, RunSummary& s) {
   s.ranks = session.size();
   s.nodes = session.node_names();
   s.steps = t.steps;
+  s.segment_samples = t.samples;
+  s.run_steps = session.step();
   s.samples = session.samples_committed();
   s.emulated = session.emulated();
   s.emulation = session.options().emulation.describe();
@@ -142,6 +144,11 @@ std::string summary_json(const RunSummary& s) {
   o << "  \"steps\": " << s.steps << ",\n";
   o << "  \"samples\": " << s.samples << ",\n";
   o << "  \"epochs_completed\": " << s.epochs_completed << ",\n";
+  o << "  \"segment\": {\"index\": " << s.segment << ", \"first_step\": " << s.segment_first_step
+    << ", \"steps\": " << s.steps << ", \"samples\": " << s.segment_samples
+    << ", \"wall_seconds\": " << json_number(s.wall_seconds) << "},\n";
+  o << "  \"run\": {\"steps\": " << s.run_steps << ", \"samples\": " << s.samples
+    << ", \"epochs_completed\": " << s.epochs_completed << "},\n";
   o << "  \"wall_seconds\": " << json_number(s.wall_seconds) << ",\n";
   o << "  \"throughput\": " << json_number(s.throughput) << ",\n";
   o << "  \"rank_throughput\": " << json_array(s.rank_throughput) << ",\n";
@@ -214,8 +221,15 @@ std::string summary_text(const RunSummary& s) {
                      : "")
     << "\n";
   if (s.emulated) o << "EMULATED stragglers: " << s.emulation << "\n";
-  o << std::setprecision(2) << "steps " << s.steps << ", samples " << s.samples << ", epochs completed "
-    << s.epochs_completed << ", wall " << s.wall_seconds << " s\n";
+  if (s.segment > 1) {
+    o << std::setprecision(2) << "segment " << s.segment << " of the run, resumed at step " << s.segment_first_step
+      << ": steps " << s.steps << ", samples " << s.segment_samples << ", wall " << s.wall_seconds << " s\n";
+    o << "the run, every segment: steps " << s.run_steps << ", samples " << s.samples << ", epochs completed "
+      << s.epochs_completed << "\n";
+  } else {
+    o << std::setprecision(2) << "steps " << s.steps << ", samples " << s.samples << ", epochs completed "
+      << s.epochs_completed << ", wall " << s.wall_seconds << " s\n";
+  }
   o << std::setprecision(1) << "throughput " << s.throughput << " samples/s; ideal (sum x_i, step by step) "
     << s.ideal_throughput << std::setprecision(3) << "; efficiency " << s.efficiency << "; idle fraction "
     << s.idle_fraction << "\n";

@@ -519,6 +519,73 @@ class EmulatedCuda(Workdir):
         self.assertLess(s["final_loss"], 1.0, "it learns")
 
 
+class Segments(Workdir):
+    """Issue 24: a requeued job keeps its id, so %j paths do not change, and each segment's
+    summary, metrics and timeline overwrote the one before (after a requeue of a finished job,
+    summary-4.json said steps 0 and the metrics held only a header). Every segment's outputs must
+    be kept, and the summary must say which figures are the segment's and which the run's."""
+
+    def test_each_segment_keeps_its_outputs_and_tells_its_figures_from_the_runs(self):
+        d = os.path.join(self.dir, "segments")
+        os.makedirs(d)
+        out = lambda name: os.path.join(d, name)  # noqa: E731
+        env = dict(ENV, SLURM_JOB_ID="4")  # what a requeue keeps: the same %j
+        args = [*self.base(), "--policy", "static", "--checkpoint-dir", out("ckpt"), "--checkpoint-every", "3",
+                "--summary-json", out("summary-%j.json"), "--metrics", out("metrics-%j.csv"),
+                "--timeline", out("timeline-%j.json")]
+        r = mpirun(2, *args, "--steps", "6", env=env)  # segment 1: steps 0-5
+        self.assertEqual(r.returncode, 0, r.stderr)
+        loud = [a for a in args if a != "--quiet"]
+        r = mpirun(3, *loud, "--steps", "10", "--resume", env=env)  # segment 2, on 3 ranks: steps 6-9
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("segment 2 of the run, resumed at step 6: steps 4, samples 160", r.stdout)
+        self.assertIn("the run, every segment: steps 10, samples 400", r.stdout)
+        r = mpirun(2, *args, "--steps", "10", "--resume", env=env)  # segment 3: the run is done
+        self.assertEqual(r.returncode, 0, r.stderr)
+
+        self.assertEqual(sorted(f for f in os.listdir(d) if f != "ckpt"),
+                         sorted(f"{kind}-4{seg}.{ext}" for kind, ext in
+                                (("summary", "json"), ("metrics", "csv"), ("timeline", "json"))
+                                for seg in ("", ".seg1", ".seg2")))
+        # (segment, ranks, first step, its steps, the run's steps after it)
+        for name, (index, ranks, first, steps, run_steps) in {
+                "summary-4.seg1.json": (1, 2, 0, 6, 6), "summary-4.seg2.json": (2, 3, 6, 4, 10),
+                "summary-4.json": (3, 2, 10, 0, 10)}.items():
+            s = self.summary(out(name))
+            self.assertEqual(s["ranks"], ranks, name)
+            self.assertEqual(s["segment"], {"index": index, "first_step": first, "steps": steps,
+                                            "samples": steps * 40, "wall_seconds": s["wall_seconds"]}, name)
+            self.assertEqual(s["run"], {"steps": run_steps, "samples": run_steps * 40, "epochs_completed": 0}, name)
+            self.assertEqual(s["steps"], steps, f"{name}: the top-level steps are the segment's")
+            self.assertEqual(s["samples"], run_steps * 40, f"{name}: the top-level samples are the run's")
+        for name, (ranks, steps) in {"metrics-4.seg1.csv": (2, range(0, 6)), "metrics-4.seg2.csv": (3, range(6, 10)),
+                                     "metrics-4.csv": (2, range(0))}.items():
+            with open(out(name)) as f:
+                rows = list(csv.DictReader(f))
+            self.assertEqual(sorted((int(r["step"]), int(r["rank"])) for r in rows),
+                             [(t, k) for t in steps for k in range(ranks)], f"{name}: one row per step and rank")
+            self.assertEqual(sum(int(r["samples"]) for r in rows), 40 * len(steps), name)
+        for name, steps in {"timeline-4.seg1.json": set(range(0, 6)), "timeline-4.seg2.json": set(range(6, 10)),
+                            "timeline-4.json": set()}.items():
+            with open(out(name)) as f:
+                trace = json.load(f)
+            self.assertEqual({e["args"]["step"] for e in trace if e.get("ph") == "X" and e["name"] == "compute"},
+                             steps, name)
+
+    def test_a_fresh_run_overwrites_and_counts_from_one(self):
+        """Without --resume a run is a new one: its outputs replace the old ones, nothing is
+        moved aside, and it is segment 1 again."""
+        d = os.path.join(self.dir, "fresh")
+        os.makedirs(d)
+        js = os.path.join(d, "s.json")
+        args = [*self.base(), "--policy", "static", "--checkpoint-dir", os.path.join(d, "ckpt"), "--summary-json", js]
+        for _ in range(2):
+            r = mpirun(2, *args, "--steps", "3", "--checkpoint-overwrite")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(self.summary(js)["segment"]["index"], 1)
+        self.assertEqual(sorted(os.listdir(d)), ["ckpt", "s.json"])
+
+
 class MainJob(unittest.TestCase):
     def test_readme_main_job_small(self):
         out = tempfile.mkdtemp(prefix="antdt-demo-")
