@@ -7,11 +7,15 @@
 #   ANTDT_CTEST_ARGS='-LE slurm' scripts/test.sh  (extra ctest arguments, e.g. labels to leave out)
 #   ANTDT_STEPS=build scripts/test.sh             (configure and build only; .ci/run builds the
 #                                                  sanitizer stage this way beside the first)
+#   ANTDT_CTEST_J=8 scripts/test.sh               (ctest's parallel level; default: the cores.
+#                                                  Most tests wait more than they compute:
+#                                                  docs/testing.md has what more slots gave)
 # The tests that run a private Slurm (labels slurm and cluster) go one at a time in a ctest of
 # their own beside the others (run_tests below); the compiler cache is used where ccache is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 case ${ANTDT_STEPS:-all} in all | build) ;; *) echo "test.sh: ANTDT_STEPS must be all or build, not '$ANTDT_STEPS'" >&2; exit 2 ;; esac
+if ! [[ ${ANTDT_CTEST_J:-1} =~ ^[1-9][0-9]?$ ]]; then echo "test.sh: ANTDT_CTEST_J must be a number of test slots, not '$ANTDT_CTEST_J'" >&2; exit 2; fi
 ./scripts/install-deps.sh
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 launcher=()
@@ -27,13 +31,13 @@ fi
 # run in a ctest of their own, one after another, beside the rest (unless ANTDT_CTEST_ARGS has
 # an -E of its own, which the split would override); its output follows the main run's.
 run_tests() {
-  local args=(--output-on-failure --timeout 900 ${ANTDT_CTEST_ARGS:-})
+  local args=(--output-on-failure --timeout 900 ${ANTDT_CTEST_ARGS:-}) jobs=${ANTDT_CTEST_J:-$(nproc)}
   local names=()
   if ! [[ " ${ANTDT_CTEST_ARGS:-} " =~ \ (-E|--exclude-regex)\  ]]; then
     mapfile -t names < <(ctest -N -L 'slurm|cluster' "${args[@]}" | sed -n 's/^ *Test *#[0-9]*: //p')
   fi
   if [ ${#names[@]} -eq 0 ]; then
-    ctest -j "$(nproc)" "${args[@]}"
+    ctest -j "$jobs" "${args[@]}"
     return
   fi
   local regex log rc=0 slurm_rc=0 pid
@@ -41,7 +45,7 @@ run_tests() {
   log=$(mktemp)
   ctest "${args[@]}" -R "$regex" > "$log" 2>&1 &
   pid=$!
-  ctest -j "$(nproc)" "${args[@]}" -E "$regex" || rc=$?
+  ctest -j "$jobs" "${args[@]}" -E "$regex" || rc=$?
   wait "$pid" || slurm_rc=$?
   echo "--- the Slurm and cluster tests (${#names[@]}), run beside the others:"
   cat "$log"
