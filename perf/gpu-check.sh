@@ -101,7 +101,7 @@ elif ! nvidia-smi > /dev/null 2>&1; then
   echo "  SKIPPED: no GPU visible"
 else
   # gVisor runtimes refuse the device to the sanitizer ("Device not supported", then error 999
-  # at the first allocation: /work/.library/device/KINDS.md); that is no finding about antdt.
+  # at the first allocation: a limit of the container runtime); that is no finding about antdt.
   for tool in memcheck racecheck synccheck; do
     if [ $((SECONDS - t0)) -gt 150 ]; then
       echo "  $tool: SKIPPED: $((SECONDS - t0)) s gone, plans B and C come first"; continue

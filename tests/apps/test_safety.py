@@ -165,6 +165,31 @@ class CheckpointOwnership(Workdir):
         self.assertNotIn("model_shape", line, "only what differs is listed")
         self.assertEqual(self.checkpoints(d), ["ckpt-00000004.h5"])
 
+    def test_a_failed_resume_records_no_identity_and_the_right_one_goes_on(self):
+        """Issue 24: the run identity was written before the resume had checked it, so a resume
+        that failed (a data set of another size) left its identity behind and the next, correct
+        resume was refused. Here the directory has no recorded identity (as one from before
+        identities were recorded), so only the resume itself can find the mismatch."""
+        d = self.path("identity-after-resume")
+        other = self.path("other-size.h5")
+        self.assertEqual(run([DATAGEN, "-o", other, "--samples", 1000, "--dim", 8, "--classes", 4]).returncode, 0)
+        r = mpirun(2, *self.base(), "--steps", 4, "--checkpoint-dir", d)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        identity = os.path.join(d, "antdt-run")
+        with open(identity) as f:
+            recorded = f.read()
+        os.remove(identity)
+        wrong = ["--data", other, *self.base()[2:]]
+        r = mpirun(2, *wrong, "--steps", 8, "--checkpoint-dir", d, "--resume")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("was taken on a data set of 1200 samples, but this run has 1000", r.stderr)
+        self.assertFalse(os.path.exists(identity), "the failed resume recorded its identity")
+        r = mpirun(2, *self.base(), "--steps", 8, "--checkpoint-dir", d, "--resume")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("ckpt-00000008.h5", self.checkpoints(d))
+        with open(identity) as f:
+            self.assertEqual(f.read(), recorded, "the resumed run recorded its own identity again")
+
     def test_a_second_writer_is_refused_while_the_first_runs(self):
         d = self.path("locked")
         # Its own process group, so that kill -9 reaches mpirun and every rank at once.

@@ -18,6 +18,38 @@ endfunction()
 run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${installed})
 file(MAKE_DIRECTORY ${WORK_DIR}/moved)
 file(RENAME ${installed} ${prefix})
+# The package installs only the public API, and docs/job.md ("Which headers a program needs")
+# names every header it installs: no private header (src/) is installed, none is undocumented.
+file(GLOB installed_headers RELATIVE ${prefix}/include/antdt ${prefix}/include/antdt/*.hpp)
+file(READ ${SOURCE_DIR}/docs/job.md job_md)
+string(FIND "${job_md}" "## Which headers a program needs" at)
+string(SUBSTRING "${job_md}" ${at} -1 section)
+string(FIND "${section}" "\n## " end)
+string(SUBSTRING "${section}" 0 ${end} section)
+string(REGEX MATCHALL "antdt/[a-z_]+\\.hpp" documented "${section}")
+list(TRANSFORM documented REPLACE "^antdt/" "")
+list(REMOVE_DUPLICATES documented)
+foreach(h IN LISTS installed_headers)
+  list(FIND documented ${h} i)
+  if(i LESS 0)
+    message(FATAL_ERROR "include/antdt/${h} is installed but docs/job.md (\"Which headers a program needs\") does not name it")
+  endif()
+endforeach()
+foreach(h IN LISTS documented)
+  list(FIND installed_headers ${h} i)
+  if(i LESS 0 AND NOT h STREQUAL "torch.hpp")  # torch.hpp: with the adapter only
+    message(FATAL_ERROR "docs/job.md names antdt/${h} as public, but the package does not install it")
+  endif()
+endforeach()
+list(LENGTH installed_headers n_headers)
+message("installed headers (${n_headers}): ${installed_headers}")
+# The docs and the examples' sources go with the package.
+foreach(f share/doc/antdt/README.md share/doc/antdt/job.md share/doc/antdt/errors.md
+          share/antdt/examples/least_squares.cpp share/antdt/examples/mlp_adam.cpp)
+  if(NOT EXISTS ${prefix}/${f})
+    message(FATAL_ERROR "the package does not install ${f}")
+  endif()
+endforeach()
 # A user's project: the examples as installed (share/antdt/examples), built against the
 # installed package alone (find_package(antdt COMPONENTS cli)).
 run(${CMAKE_COMMAND} -S ${prefix}/share/antdt/examples -B ${WORK_DIR}/build -G ${CMAKE_GENERATOR}
