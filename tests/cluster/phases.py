@@ -103,12 +103,12 @@ def check(name, stall, named):
     ckpt = os.path.join(WORK, "ckpt-" + name)
     extra = []
     if name == "resume":  # a checkpoint to resume from first
-        job = srun(name + "-first", None, args(ckpt, "--steps", 6))
+        job = srun("%d-%s-first" % (os.getpid(), name), None, args(ckpt, "--steps", 6))
         out, err = job.communicate(timeout=120)
         assert job.returncode == 0, "the run to resume from failed (%d): %s" % (job.returncode, err[-2000:])
         extra = ["--resume"]
     for attempt in (1, 2):
-        marker = "%s-%d" % (name, attempt)
+        marker = "%d-%s-%d" % (os.getpid(), name, attempt)  # this test's own, beside any other run of it
         job = srun(marker, stall, args(ckpt, *extra))
         pids, deadline = {}, time.time() + 90
         while job.poll() is None and time.time() < deadline:
