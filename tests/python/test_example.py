@@ -178,6 +178,12 @@ class StopAndResume(Example):
                          "same ranks, same plan: bit-identical")
         self.assertEqual(relative_difference(parameters(newest_checkpoint(self.path("a"))), reference), 0.0)
         assert_exactly_once(self, [self.path("a.log"), self.path("a2.log")], n=SAMPLES, epochs=EPOCHS)
+        # The resumed process is the run's second segment: its own steps, and the run's (issue 24).
+        total = SAMPLES * EPOCHS // BATCH
+        s = self.summary("a2")
+        self.assertEqual({k: s["segment"][k] for k in ("index", "first_step", "steps")},
+                         {"index": 2, "first_step": stopped_at, "steps": total - stopped_at})
+        self.assertEqual((s["run"]["steps"], s["run"]["samples"]), (total, SAMPLES * EPOCHS))
 
         # On 3 ranks: every sample once per epoch, and the parameters of plain PyTorch in one
         # process over the same steps (each step's global batch from the sample logs), to 1e-5.
