@@ -12,6 +12,12 @@ is the optimizer's step in float64 from each side's gradient and the state befor
 float32 subtraction after - before would add the rounding of the stored parameters, up to 1e-5 of
 a small step by itself); and the float32 parameters after the step must agree to 1e-5 of their
 largest value.
+
+Same maths under every policy: the same 30-step SGD run under static (micro-batches), dd
+(emulated uneven speeds: its split moves) and nd (pooled chunks) trains the same samples at every
+step (a step's global batch is fixed by the data order, docs/dds.md) and ends with the same
+parameters, to 1e-5 relative, as the other two and as plain PyTorch replaying those steps in one
+process.
 """
 import sys
 import unittest
@@ -150,8 +156,68 @@ def rank_main():
             ok = ok and any(len(set(s)) > 1 for s in splits)  # the speeds moved the split
         return ok
 
+    def same_maths(steps=30):
+        """The same run (seeds, data, SGD) under static, dd with emulated uneven speeds and nd with
+        chunks: a step's global batch is fixed by the data order, so each trains on the same
+        samples at every step and ends with the same parameters as the others, and as plain
+        PyTorch replaying those steps in one process, to 1e-5."""
+        make = lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, weight_decay=1e-3)
+        runs = {}
+        for name, options, kind in cases:
+            if kind != "sgd":  # (static with micro-batches, dd, nd)
+                continue
+            policy = options["policy"]
+            torch.manual_seed(1)
+            model = Net()
+            optimizer = make(model.parameters())
+            job = antdt.Job(dataset_size=N, global_batch=B, steps=steps, quiet=True, **options)
+            job.set_probe(lambda n: None)
+            bridge = antdt.torch.Bridge(job, model, optimizer)
+            batches, splits, most = [], set(), 0
+            while job.next_step():
+                bridge.zero_grad()
+                mine, micro = [], 0
+                for idx in job.micro_batches():
+                    F.cross_entropy(model(images[idx]), labels[idx], reduction="sum").backward()
+                    mine.extend(idx.tolist())
+                    micro += 1
+                bridge.step()
+                parts = every_rank(job, mine)
+                batches.append(sorted(np.concatenate(parts).tolist()))
+                splits.add(tuple(len(p) for p in parts))
+                most = max(most, micro)
+            code = job.exit_code
+            job.close()
+            runs[policy] = ([p.detach().clone() for p in model.parameters()], batches, splits, most, code)
+        torch.manual_seed(1)
+        plain = Net()
+        initial = [p.detach().clone() for p in plain.parameters()]
+        optimizer = make(plain.parameters())
+        for samples in runs["static"][1]:
+            optimizer.zero_grad()
+            F.cross_entropy(plain(images[samples]), labels[samples]).backward()
+            optimizer.step()
+        expected = [p.detach() for p in plain.parameters()]
+        ok = True
+        for policy, (params, batches, splits, most, code) in runs.items():
+            to_static, to_plain = relative(params, runs["static"][0]), relative(params, expected)
+            if job_rank == 0:
+                print(f"{size} ranks, same maths, {policy}: {len(batches)} steps, {len(splits)} split(s) "
+                      f"{sorted(splits)[:2]}, up to {most} micro-batches a rank; parameters within {to_static:.1e} "
+                      f"of static's, {to_plain:.1e} of plain PyTorch's", flush=True)
+            ok = ok and code == 0 and len(batches) == steps and batches == runs["static"][1]
+            ok = ok and max(to_static, to_plain) <= TOLERANCE
+            if size > 1 and policy == "dd":
+                ok = ok and any(len(set(s)) > 1 for s in splits)  # the speeds moved the split
+            if size > 1 and policy == "nd":
+                ok = ok and most >= 2  # a rank claimed several chunks
+        ok = ok and sorted(runs) == ["dd", "nd", "static"]
+        return ok and relative(expected, initial) > 1e-2  # the parameters moved: the comparison shows something
+
     job_rank = antdt.world_rank()
     failed = [name for name, options, kind in cases if not run(name, options, kind)]
+    if not same_maths():
+        failed.append("same maths under static, dd and nd")
     if failed:
         print("FAILED:", failed, flush=True)
         sys.exit(1)

@@ -53,9 +53,10 @@ def _same_memory(a, b):
 class Gradients:
     """The gradients of some parameters on one flat float32 buffer (local: no collective call).
 
-    ``buffer`` holds every parameter's gradient, one after another. A float32 CPU parameter's
-    .grad is a view of it; float16 and bfloat16 gradients, and those of a model on a GPU, are
-    staged: copied into the buffer before the reduction and back after."""
+    ``buffer`` holds every parameter's gradient, one after another (``array``: the same memory
+    as a NumPy array, what Job.reduce takes). A float32 CPU parameter's .grad is a view of it;
+    float16 and bfloat16 gradients, and those of a model on a GPU, are staged: copied into the
+    buffer before the reduction and back after."""
 
     def __init__(self, parameters):
         self.parameters = _trainable(parameters)
@@ -77,6 +78,7 @@ class Gradients:
             total += p.numel()
         self.device = device or torch.device("cpu")
         self.buffer = torch.zeros(total, dtype=torch.float32)
+        self.array = self.buffer.numpy()  # the same memory, as Job.reduce takes it without a lookup
         with torch.no_grad():
             for slot in self._slots:
                 p, offset, _ = slot
@@ -87,49 +89,54 @@ class Gradients:
                     view.copy_(p.grad)
                 p.grad = view
                 slot[2] = view
+        # Per step, in the common case, each .grad is still the very tensor set here (`is`: no
+        # attribute lookups), and nothing is staged (scatter does nothing).
+        self._on_buffer = [(p, view) for p, _, view in self._slots if view is not None]
+        self._staged = [(p, offset) for p, offset, view in self._slots if view is None]
 
     @property
     def staged(self):
         """How many parameters' gradients are copied in and out rather than on the buffer."""
-        return sum(1 for _, _, view in self._slots if view is None)
+        return len(self._staged)
 
     def zero(self):
         """Zeroes every gradient, as optimizer.zero_grad() would, and puts a .grad that
         something replaced or removed (zero_grad(set_to_none=True)) back on the buffer."""
         self.buffer.zero_()
-        for p, _, view in self._slots:
-            if view is not None:
-                if p.grad is None or not _same_memory(p.grad, view):
-                    p.grad = view
-            elif p.grad is not None:
+        for p, view in self._on_buffer:
+            g = p.grad
+            if g is not view and (g is None or not _same_memory(g, view)):
+                p.grad = view
+        for p, _ in self._staged:
+            if p.grad is not None:
                 p.grad.zero_()
 
     def gather(self):
         """Before the reduction: the buffer then holds every gradient. One that is no longer on
         the buffer is copied in and put back; a missing one counts as zero."""
         with torch.no_grad():
-            for p, offset, view in self._slots:
+            for p, view in self._on_buffer:
                 g = p.grad
-                if view is not None:
-                    if g is None:
-                        view.zero_()
-                        p.grad = view
-                    elif not _same_memory(g, view):
-                        view.copy_(g)
-                        p.grad = view
+                if g is view:
+                    continue  # backward accumulated into the buffer
+                if g is None:
+                    view.zero_()
+                    p.grad = view
+                elif not _same_memory(g, view):
+                    view.copy_(g)
+                    p.grad = view
+            for p, offset in self._staged:
+                g = p.grad
+                target = self.buffer[offset:offset + p.numel()]
+                if g is None:
+                    target.zero_()
                 else:
-                    target = self.buffer[offset:offset + p.numel()]
-                    if g is None:
-                        target.zero_()
-                    else:
-                        target.copy_(g.detach().reshape(-1).to(device="cpu", dtype=torch.float32))
+                    target.copy_(g.detach().reshape(-1).to(device="cpu", dtype=torch.float32))
 
     def scatter(self):
         """After the reduction: staged gradients get the buffer's values."""
         with torch.no_grad():
-            for p, offset, view in self._slots:
-                if view is not None:
-                    continue
+            for p, offset in self._staged:
                 mean = self.buffer[offset:offset + p.numel()].view(p.shape).to(device=p.device, dtype=p.dtype)
                 if p.grad is None:
                     p.grad = mean
@@ -261,7 +268,7 @@ class Bridge:
         divides by the step's sample count B, exact at any split, so that each .grad holds the
         mean over the step's global batch. Returns B."""
         self.gradients.gather()
-        samples = self.job.reduce(self.gradients.buffer)
+        samples = self.job.reduce(self.gradients.array)
         self.gradients.scatter()
         return samples
 
