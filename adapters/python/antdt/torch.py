@@ -114,6 +114,8 @@ class Gradients:
     def gather(self):
         """Before the reduction: the buffer then holds every gradient. One that is no longer on
         the buffer is copied in and put back; a missing one counts as zero."""
+        if not self._staged and all(p.grad is view for p, view in self._on_buffer):
+            return  # backward accumulated into the buffer: nothing to do
         with torch.no_grad():
             for p, view in self._on_buffer:
                 g = p.grad
@@ -135,6 +137,8 @@ class Gradients:
 
     def scatter(self):
         """After the reduction: staged gradients get the buffer's values."""
+        if not self._staged:
+            return
         with torch.no_grad():
             for p, offset in self._staged:
                 mean = self.buffer[offset:offset + p.numel()].view(p.shape).to(device=p.device, dtype=p.dtype)
