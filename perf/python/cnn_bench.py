@@ -14,11 +14,22 @@ modes that share everything but the distribution of the work:
 The images are read once into memory by every mode, so the data path is the same tensor
 indexing in each. Timing: the training loop after WARMUP steps, wall clock, on rank 0 (the
 steps end together: every step ends in a collective). Prints one line, RESULT mode=... .
+
+--parts: each rank also times every part of every timed step, in wall seconds and in the
+thread's CPU seconds (what the part computed itself, whatever else ran on the core), and
+prints each part's median per step (PARTS mode=... rank=... part=wall/cpu ms ...). The parts:
+next_step (antdt: the end of the last step, its control exchange, the start of this one),
+indices (antdt: the micro-batches' index arrays; ddp: the sampler's), zero (the gradients),
+read (the samples as tensors), forward (and the loss), backward (ddp: with the all-reduce,
+which DDP starts from backward's hooks and waits for at its end), gather, reduce (antdt:
+Job.reduce), scatter, optimizer (SGD's step).
 """
 import argparse
 import os
+import statistics
 import sys
 import time
+from collections import defaultdict
 
 import numpy as np
 import torch
@@ -37,6 +48,46 @@ def load(path):
     return torch.from_numpy(x), torch.from_numpy(y), data.sample_shape, data.num_classes
 
 
+class Timers:
+    """Each step's wall and thread-CPU seconds in each part (a part met several times in a step
+    adds up); off, it only runs the code."""
+
+    def __init__(self, on):
+        self.on = on
+        self.wall, self.cpu = defaultdict(float), defaultdict(float)
+        self.walls, self.cpus = defaultdict(list), defaultdict(list)
+        self.order = []
+
+    def __call__(self, part, f, *args):
+        if not self.on:
+            return f(*args)
+        w0, c0 = time.perf_counter(), time.thread_time()
+        try:
+            return f(*args)
+        finally:
+            self.wall[part] += time.perf_counter() - w0
+            self.cpu[part] += time.thread_time() - c0
+            if part not in self.order:
+                self.order.append(part)
+
+    def end_step(self, timed):
+        if self.on and timed:
+            for part in self.order:
+                self.walls[part].append(self.wall[part])
+                self.cpus[part].append(self.cpu[part])
+        self.wall.clear()
+        self.cpu.clear()
+
+    def report(self, mode, rank):
+        if not self.on:
+            return
+        med = statistics.median
+        parts = " ".join(f"{p}={1e3 * med(self.walls[p]):.3f}/{1e3 * med(self.cpus[p]):.3f}" for p in self.order)
+        total = sum(med(self.cpus[p]) for p in self.order)
+        print(f"PARTS mode={mode} rank={rank} {parts} cpu_sum={1e3 * total:.3f} (median ms per step, wall/cpu)",
+              flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mode", choices=["ddp", "antdt", "speed"], required=True)
@@ -46,6 +97,7 @@ def main():
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--seconds", type=float, default=5.0, help="speed mode: how long to measure")
+    parser.add_argument("--parts", action="store_true", help="time each part of each step (PARTS lines)")
     args, antdt_args = parser.parse_known_args()
     torch.set_num_threads(1)
     images, labels, shape, classes = load(args.data)
@@ -68,6 +120,7 @@ def main():
         return 0
 
     timed = 0
+    t = Timers(args.parts)
     if args.mode == "ddp":
         import torch.distributed as dist
         dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=size)
@@ -83,10 +136,13 @@ def main():
                 sampler.set_epoch(epoch)
                 order, epoch = list(sampler), epoch + 1
             idx, order = order[:share], order[share:]
-            optimizer.zero_grad()
-            F.cross_entropy(ddp(images[idx]), labels[idx]).backward()  # DDP averages the ranks' means
-            optimizer.step()
+            t("zero", optimizer.zero_grad)
+            x, y = t("read", lambda: (images[idx], labels[idx]))
+            loss = t("forward", lambda: F.cross_entropy(ddp(x), y))  # DDP averages the ranks' means
+            t("backward", loss.backward)
+            t("optimizer", optimizer.step)
             timed += args.batch if step >= args.warmup else 0
+            t.end_step(step >= args.warmup)
         elapsed = time.perf_counter() - t0
         dist.destroy_process_group()
     else:
@@ -96,18 +152,28 @@ def main():
                                                  "--quiet", "--progress", "never"])
         job = antdt.Job(options, dataset_size=len(images), program="cnn_bench")
         bridge = antdt.torch.Bridge(job, model, optimizer)
+        grads = bridge.gradients
         job.set_probe(lambda n: F.cross_entropy(model(images[:n]), labels[:n], reduction="sum").backward())
-        while job.next_step():
+        while t("next_step", job.next_step):
             if job.step == args.warmup:
                 t0 = time.perf_counter()
-            bridge.zero_grad()
-            for idx in job.micro_batches():
-                F.cross_entropy(model(images[idx]), labels[idx], reduction="sum").backward()
-            bridge.step()
+            t("zero", bridge.zero_grad)
+            batches = job.micro_batches()
+            while (idx := t("indices", next, batches, None)) is not None:  # one at a time: nd claims as it goes
+                x, y = t("read", lambda: (images[idx], labels[idx]))
+                loss = t("forward", lambda: F.cross_entropy(model(x), y, reduction="sum"))
+                t("backward", loss.backward)
+            # bridge.step(), part by part
+            t("gather", grads.gather)
+            t("reduce", job.reduce, grads.array)
+            t("scatter", grads.scatter)
+            t("optimizer", optimizer.step)
             timed += args.batch if job.step >= args.warmup else 0
+            t.end_step(job.step >= args.warmup)
         elapsed = time.perf_counter() - t0
         split = ",".join(map(str, job.split))
         job.close()
+    t.report(args.mode, rank)
     if rank == 0:
         extra = f" split={split}" if args.mode == "antdt" else ""
         print(f"RESULT mode={args.mode} samples_per_s={timed / elapsed:.1f} step_ms={1e3 * elapsed / (timed / args.batch):.3f}"

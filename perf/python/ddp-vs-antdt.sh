@@ -4,10 +4,13 @@
 # torch.nn.parallel.DistributedDataParallel (gloo, MASTER_ADDR 127.0.0.1) and under antdt, at 2
 # ranks, one per core (mpirun --bind-to core), real compute.
 #  1. Equal speeds: REPEATS interleaved runs of DDP, antdt static and antdt dd. Medians of the
-#     throughputs, and of each repeat's antdt / DDP (the target: within 5 %).
-#  2. Real slowness (root, cgroup v1 cpu controller): rank 1 in a cgroup capped at QUOTA of a core
-#     (period 2 ms, or longer for a quota under 1 ms). Each rank's own speed is measured alone on
-#     its core under the same cap (cnn_bench --mode speed, both at once), x0 and x1; then REPEATS
+#     throughputs, and of each repeat's antdt / DDP (the target: within 5 %). Then one run of
+#     DDP and one of antdt static with --parts: every part of a step, median wall / thread-CPU
+#     ms per step, rank by rank (cnn_bench.py's docstring names the parts).
+#  2. Real slowness (root, cgroup v1 cpu controller; perf/cpu-quota.sh): rank 1 in a cgroup capped
+#     at QUOTA of a core (period 2 ms, or longer for a quota under 1 ms). Each rank's own speed is
+#     measured alone on its core under the same cap (cnn_bench --mode speed, both at once), x0 and
+#     x1; then REPEATS
 #     interleaved runs of DDP, antdt static and antdt dd. The gain dd / DDP is printed beside the
 #     limit the speeds allow, (x0 + x1) / (2 min(x0, x1)): DDP's step waits for the slow rank's
 #     B/2 samples, a perfect balance for B / (x0 + x1).
@@ -52,8 +55,7 @@ run() {
   port=$((port + 1))
   local cmd=("$py" "$bench" --mode "$mode" --data "$data" --batch "$batch" --steps "$steps" "$@")
   if [ -n "${SLOW_CG:-}" ]; then
-    MASTER_PORT=$port mpirun "${bind[@]}" -x MASTER_ADDR -x MASTER_PORT -np 1 "${cmd[@]}" : \
-      -np 1 bash -c "echo \$\$ > $SLOW_CG/cgroup.procs; exec \"\$@\"" rank1 "${cmd[@]}" >"$log" 2>&1
+    MASTER_PORT=$port cpu_quota_mpirun "$SLOW_CG" "${bind[@]}" -x MASTER_ADDR -x MASTER_PORT -- "${cmd[@]}" >"$log" 2>&1
   else
     MASTER_PORT=$port mpirun -np 2 "${bind[@]}" -x MASTER_ADDR -x MASTER_PORT "${cmd[@]}" >"$log" 2>&1
   fi || { echo "ddp-vs-antdt: a run failed, see $log:" >&2; tail -5 "$log" >&2; exit 1; }
@@ -85,24 +87,23 @@ if [ -z "${SKIP_EQUAL:-}" ]; then
     printf "%-14s %12.1f %12s   %s\n" "antdt $m" "$(median ${thr[$m]})" "$(median ${over[$m]})" "${over[$m]}"
   done
   echo "   load average now: $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "   where the time goes (one run each; median ms per step, wall/cpu):"
+  run "$out/eq-parts-ddp.log" ddp --parts
+  run "$out/eq-parts-antdt.log" antdt --policy static --parts
+  grep -h "^PARTS" "$out/eq-parts-ddp.log" "$out/eq-parts-antdt.log" | sed 's/^PARTS /   /; s/ (median ms per step, wall\/cpu)//'
   thr=() over=()
   echo
 fi
 [ -n "${SKIP_QUOTA:-}" ] && exit 0
-# A period of 2 ms, so that a step of a few ms sees a steady share; longer where the quota
-# would fall below the kernel's least, 1 ms (QUOTA 0.25: 4 ms).
-period=$("$py" -c "import math; print(max(2000, math.ceil(1000 / $quota)))")
-cg=/sys/fs/cgroup/cpu/antdt-ddp-bench-$$
-if ! mkdir -p "$cg" 2>/dev/null || ! echo "$period" >"$cg/cpu.cfs_period_us" 2>/dev/null; then
-  echo "== 2. SKIPPED: no cgroup v1 cpu controller to write at /sys/fs/cgroup/cpu (root needed)"
+# (perf/cpu-quota.sh: a period of 2 ms, so that a step of a few ms sees a steady share; longer
+# where the quota would fall below the kernel's least, 1 ms: QUOTA 0.25, 4 ms)
+source "$root/perf/cpu-quota.sh"
+if ! cpu_quota_make antdt-ddp-bench "$quota"; then
+  echo "== 2. SKIPPED: $CPU_QUOTA_WHY"
   exit 0
 fi
-trap 'rmdir "$cg" 2>/dev/null || true' EXIT
-# (echo writes it: Python's buffered write to a cgroup file fails with EINVAL)
-echo "$("$py" -c "print(int($period * $quota))")" >"$cg/cpu.cfs_quota_us" \
-  || { echo "ddp-vs-antdt: cannot set the CPU quota $quota of $period us" >&2; exit 2; }
-export SLOW_CG=$cg
-echo "== 2. real slowness: rank 1 capped at $quota of a core by a cgroup CPU quota (period $period us)"
+SLOW_CG=$CPU_QUOTA_CG
+echo "== 2. real slowness: rank 1 capped at $quota of a core by a cgroup CPU quota (period $CPU_QUOTA_PERIOD us)"
 x0s="" x1s=""
 for r in $(seq 1 "$repeats"); do
   run "$out/slow-speed-$r.log" speed

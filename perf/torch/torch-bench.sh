@@ -4,13 +4,19 @@
 #  1. Equal speeds, B = 256 and 1024: REPEATS interleaved runs of the baseline (the same libtorch
 #     step with a bare MPI_Allreduce: antdt-bench-torch-baseline), the example under static and
 #     under dd. Medians over the runs of each run's median step time and throughput, and the
-#     ratios to the baseline's (1.00 = no cost; the target is within 3 %).
-#  2. Real slowness (root, cgroup v1 cpu controller): rank 1 in a cgroup capped at QUOTA of a
-#     core (period 2 ms), for both batches: a sweep of static --fixed-split runs finds the best
-#     fixed split, then REPEATS interleaved runs of static, dd and that split; the medians of
-#     their throughputs, dd / static and dd / best fixed (per repeat, then the median).
+#     ratios to the baseline's (1.00 = no cost; the target is within 3 %). The example reads as
+#     the baseline does, consecutive rows (--no-shuffle-within-shard; SHUFFLE=1 keeps the
+#     default shuffle within shards, whose reads cost what the parts' "read" line shows). Then
+#     one run of each loop with --parts: every part of a step, median wall / thread-CPU ms per
+#     step, rank by rank (CPU time is what a part computes itself, whatever else runs on the core).
+#  2. Real slowness (root, cgroup v1 cpu controller; perf/cpu-quota.sh): rank 1 in a cgroup
+#     capped at QUOTA of a core (period 2 ms, longer under 0.5), for both batches: a sweep of
+#     static --fixed-split runs finds the best fixed split, then REPEATS interleaved runs of
+#     static, dd and that split; the medians of their throughputs, dd / static and dd / best
+#     fixed (per repeat, then the median).
 # Knobs: REPEATS (5), STEPS_256 (300), STEPS_1024 (80), QUOTA (0.5), SAMPLES (20000), OUT (a
-# folder; default a new one under /tmp), SKIP_QUOTA=1 (part 1 only), BATCHES ("256 1024").
+# folder; default a new one under /tmp), SKIP_QUOTA=1 (part 1 only), SKIP_EQUAL=1 (part 2 only),
+# BATCHES ("256 1024"), SHUFFLE=1.
 # Real compute: the figures depend on what else runs on the cores (check the load average, which
 # the script prints); quote medians, with the machine and the time.
 set -euo pipefail
@@ -33,6 +39,8 @@ data=$out/digits.h5
 [ -f "$data" ] || "$build/apps/antdt-datagen" --kind digits -n "${SAMPLES:-20000}" -o "$data" --seed 5 >/dev/null
 bind=(--bind-to core --map-by core)
 mpirun -np 2 "${bind[@]}" true >/dev/null 2>&1 || { echo "torch-bench: --bind-to core fails here; unbound"; bind=(); }
+read_order=(--no-shuffle-within-shard)
+[ -n "${SHUFFLE:-}" ] && read_order=()
 steps_for() { if [ "$1" -le 256 ]; then echo "${STEPS_256:-300}"; else echo "${STEPS_1024:-80}"; fi; }
 field() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2"; }
 median() { python3 -c 'import statistics,sys; print("%.6g" % statistics.median(map(float, sys.argv[1:])))' "$@"; }
@@ -47,11 +55,10 @@ run() {
     cmd=("$baseline" --data "$data" --global-batch "$batch" --steps "$steps" --json "$json" "$@")
   else
     cmd=("$example" --data "$data" --global-batch "$batch" --steps "$steps" --summary-json "$json" --quiet
-         --progress never "$@")
+         --progress never "${read_order[@]}" "$@")
   fi
   if [ -n "${SLOW_CG:-}" ]; then
-    mpirun "${bind[@]}" -np 1 "${cmd[@]}" : -np 1 bash -c "echo \$\$ > $SLOW_CG/cgroup.procs; exec \"\$@\"" rank1 \
-      "${cmd[@]}" >"$json.log" 2>&1
+    cpu_quota_mpirun "$SLOW_CG" "${bind[@]}" -- "${cmd[@]}" >"$json.log" 2>&1
   else
     mpirun -np 2 "${bind[@]}" "${cmd[@]}" >"$json.log" 2>&1
   fi || { echo "torch-bench: a run failed, see $json.log:" >&2; tail -5 "$json.log" >&2; exit 1; }
@@ -60,7 +67,9 @@ run() {
 echo "== perf/torch/torch-bench.sh, $(date -u '+%Y-%m-%d %H:%M UTC'), $(getconf _NPROCESSORS_ONLN) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "   data: $data (digits 1x28x28), output: $out"
 echo
+if [ -z "${SKIP_EQUAL:-}" ]; then
 echo "== 1. equal speeds: antdt against the same libtorch step with a bare MPI_Allreduce (2 ranks, one per core)"
+echo "   antdt reads ${read_order[*]:-with the shuffle within shards (SHUFFLE=1)}"
 printf "%-6s %-9s %12s %14s %10s %10s\n" B program "step (ms)" "samples/s" "step/base" "thr/base"
 for batch in $batches; do
   steps=$(steps_for "$batch")
@@ -83,18 +92,29 @@ for batch in $batches; do
   done
   unset step thr
 done
+echo "   where the time goes (one run of each loop, static; median ms per step, wall / thread CPU):"
+for batch in $batches; do
+  steps=$(steps_for "$batch")
+  for loop in bare antdt; do
+    extra=()
+    [ $loop = antdt ] && extra=(--loop antdt --policy static "${read_order[@]}")
+    mpirun -np 2 "${bind[@]}" "$baseline" --data "$data" --global-batch "$batch" --steps "$steps" --parts \
+      "${extra[@]}" >"$out/parts-$batch-$loop.log" 2>&1 \
+      || { echo "torch-bench: a --parts run failed, see $out/parts-$batch-$loop.log" >&2; exit 1; }
+    sed -n "s/^PARTS /   B $batch $loop  /p" "$out/parts-$batch-$loop.log" | grep -v "median ms"
+  done
+done
+fi
 
 [ -n "${SKIP_QUOTA:-}" ] && exit 0
 echo
-cg=/sys/fs/cgroup/cpu/antdt-torch-bench-$$
-if ! mkdir -p "$cg" 2>/dev/null || ! echo 2000 >"$cg/cpu.cfs_period_us" 2>/dev/null; then
-  echo "== 2. SKIPPED: no cgroup v1 cpu controller to write at /sys/fs/cgroup/cpu (root needed)"
+source "$root/perf/cpu-quota.sh"
+if ! cpu_quota_make antdt-torch-bench "$quota"; then
+  echo "== 2. SKIPPED: $CPU_QUOTA_WHY"
   exit 0
 fi
-trap 'rmdir "$cg" 2>/dev/null || true' EXIT
-python3 -c "print(int(2000 * $quota))" >"$cg/cpu.cfs_quota_us"
-echo "== 2. real slowness: rank 1 capped at $quota of a core by a cgroup CPU quota (period 2 ms)"
-export SLOW_CG=$cg
+echo "== 2. real slowness: rank 1 capped at $quota of a core by a cgroup CPU quota (period $CPU_QUOTA_PERIOD us)"
+SLOW_CG=$CPU_QUOTA_CG
 printf "%-6s %-22s %14s %10s %10s\n" B policy "samples/s" "dd/this" "efficiency"
 for batch in $batches; do
   steps=$(steps_for "$batch")

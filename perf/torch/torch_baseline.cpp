@@ -1,25 +1,42 @@
-// The baseline of perf/torch/torch-bench.sh: the libtorch step of apps/examples/torch_cnn.cpp
-// with a bare MPI_Allreduce of the gradients and nothing of antdt's run (no Job, no DDS, no
-// control exchange). The same model, initialisation, data reader, SGD and threads; each rank
-// takes a fixed, equal share of every step (rank r the r-th part of the next B samples of the
-// file, in order); the gradients lie on one flat buffer as antdt::torch lays them, so the two
-// programs differ only in what antdt adds to a step.
+// The baseline of perf/torch/torch-bench.sh, and where a step's time goes.
+//
+// --loop bare (the default): the libtorch step of apps/examples/torch_cnn.cpp with a bare
+// MPI_Allreduce of the gradients and nothing of antdt's run (no Job, no DDS, no control
+// exchange). The same model, initialisation, data reader, SGD and threads; each rank takes a
+// fixed, equal share of every step (rank r the r-th part of the next B samples of the file, in
+// order); the gradients lie on one flat buffer as antdt::torch lays them, so the two programs
+// differ only in what antdt adds to a step.
+//
+// --loop antdt: the example's own loop (a Job, the bridge, every antdt option: --policy, ...),
+// with the bridge's reduce() taken apart into gather, Job::reduce and scatter so that each is
+// timed.
+//
+// --parts: each rank times every part of every step, in wall seconds and in the thread's CPU
+// seconds (what the part itself computed, whatever else ran on the core), and rank 0 prints
+// each part's median per step for every rank. The parts: next_step (antdt: the end of the last
+// step, its control exchange, the start of this one), indices (next_micro_batch; bare: the
+// share's indices), zero (the gradients), read (the samples as tensors), compute (forward,
+// loss, backward, and the example's loss and accuracy sums), gather, reduce (the all-reduce;
+// antdt: Job::reduce), scatter (bare: the division by B), optimizer (SGD's step).
 //
 //   mpirun -np 2 --bind-to core antdt-bench-torch-baseline --data digits.h5 --global-batch 256
-//          --steps 200 --json out.json
+//          --steps 200 --json out.json [--loop antdt --policy static] [--parts]
 //
 // Prints and writes: steps, samples, the loop's wall seconds, samples per second and the median
 // step seconds.
 #include <mpi.h>
 #include <torch/torch.h>
 #include <CLI/CLI.hpp>
+#include <antdt/cli.hpp>
 #include <antdt/data.hpp>
 #include <antdt/runtime.hpp>
 #include <antdt/torch.hpp>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -28,70 +45,231 @@
 
 namespace F = torch::nn::functional;
 
+namespace {
+
+enum Part { next_step, indices, zero, read, compute, gather, reduce, scatter, optimizer, kParts };
+constexpr std::array<const char*, kParts> kPartNames = {"next_step", "indices", "zero",    "read",     "compute",
+                                                        "gather",    "reduce",  "scatter", "optimizer"};
+
+double wall_now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+double cpu_now() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
+// Each step's wall and CPU seconds in each part (a part met several times in a step, such as
+// one per micro-batch, adds up), and each step's wall seconds.
+class Timers {
+ public:
+  explicit Timers(bool on) : on_(on) {}
+  // Times f() as `part` of the step under way.
+  template <class Fn>
+  decltype(auto) operator()(Part part, Fn&& f) {
+    if (!on_) return f();
+    const double w0 = wall_now(), c0 = cpu_now();
+    struct Add {
+      Timers& t;
+      Part p;
+      double w0, c0;
+      ~Add() {
+        t.wall_[p] += wall_now() - w0;
+        t.cpu_[p] += cpu_now() - c0;
+      }
+    } add{*this, part, w0, c0};
+    return f();
+  }
+  // Closes a step that took `seconds` (wall).
+  void end_step(double seconds) {
+    steps_.push_back(seconds);
+    if (!on_) return;
+    for (int p = 0; p < kParts; ++p) {
+      walls_[p].push_back(wall_[p]);
+      cpus_[p].push_back(cpu_[p]);
+      wall_[p] = cpu_[p] = 0.0;
+    }
+  }
+  [[nodiscard]] const std::vector<double>& steps() const { return steps_; }
+
+  // Rank 0 prints every rank's medians per step, in milliseconds.
+  void print(int rank, int size, const char* loop) const {
+    if (!on_) return;
+    std::vector<double> mine;
+    for (int p = 0; p < kParts; ++p) {
+      mine.push_back(median(walls_[p]));
+      mine.push_back(median(cpus_[p]));
+    }
+    mine.push_back(median(steps_));
+    std::vector<double> all(rank == 0 ? mine.size() * static_cast<std::size_t>(size) : 0);
+    MPI_Gather(mine.data(), static_cast<int>(mine.size()), MPI_DOUBLE, all.data(), static_cast<int>(mine.size()),
+               MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    if (rank != 0) return;
+    std::printf("PARTS loop=%s: median ms per step, wall / thread CPU, rank by rank\n", loop);
+    for (int p = 0; p <= kParts; ++p) {
+      std::printf("PARTS %-10s", p < kParts ? kPartNames[static_cast<std::size_t>(p)] : "step");
+      for (int r = 0; r < size; ++r) {
+        const double* m = all.data() + static_cast<std::size_t>(r) * mine.size();
+        if (p < kParts) {
+          std::printf("  r%d %7.3f / %7.3f", r, 1e3 * m[2 * p], 1e3 * m[2 * p + 1]);
+        } else {
+          std::printf("  r%d %7.3f wall     ", r, 1e3 * m[2 * kParts]);
+        }
+      }
+      std::printf("\n");
+    }
+  }
+
+ private:
+  bool on_;
+  std::array<double, kParts> wall_{}, cpu_{};
+  std::array<std::vector<double>, kParts> walls_, cpus_;
+  std::vector<double> steps_;
+};
+
+torch::Tensor loss_sum(Cnn& model, const torch::data::Example<>& b, torch::Tensor* logits = nullptr) {
+  auto out = model->forward(b.data);
+  if (logits) *logits = out;
+  return F::cross_entropy(out, b.target, F::CrossEntropyFuncOptions().reduction(torch::kSum));
+}
+
+// The bare loop: equal fixed shares, MPI_Allreduce, the division by B.
+void bare_loop(antdt::TorchDataset& images, std::int64_t n, Cnn& model, torch::optim::SGD& opt, std::int64_t batch,
+               std::int64_t steps, Timers& time) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  antdt::TorchGradients gradients(model->parameters());  // the same flat buffer: no copy
+  float* sums = gradients.buffer().data_ptr<float>();
+  const std::int64_t share = batch / size + (rank < batch % size ? 1 : 0);
+  const std::int64_t offset = rank * (batch / size) + std::min<std::int64_t>(rank, batch % size);
+  std::vector<std::int64_t> idx(static_cast<std::size_t>(share));
+  MPI_Barrier(MPI_COMM_WORLD);
+  double last = wall_now();
+  for (std::int64_t step = 0; step < steps; ++step) {
+    time(indices, [&] {
+      for (std::int64_t i = 0; i < share; ++i) idx[static_cast<std::size_t>(i)] = (step * batch + offset + i) % n;
+    });
+    time(zero, [&] { gradients.zero(); });
+    auto b = time(read, [&] { return images.read(idx); });
+    time(compute, [&] { loss_sum(model, b).backward(); });
+    time(reduce, [&] {
+      MPI_Allreduce(MPI_IN_PLACE, sums, static_cast<int>(gradients.numel()), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    });
+    time(scatter, [&] { gradients.buffer().mul_(1.0f / static_cast<float>(batch)); });
+    time(optimizer, [&] { opt.step(); });
+    const double now = wall_now();
+    time.end_step(now - last);
+    last = now;
+  }
+}
+
+// The example's loop (apps/examples/torch_cnn.cpp), the bridge's reduce() in its three parts.
+void antdt_loop(antdt::JobOptions options, antdt::TorchDataset& images, Cnn& model, torch::optim::SGD& opt,
+                Timers& time) {
+  antdt::Job job(options);
+  antdt::TorchBridge bridge(job, *model, opt);
+  auto& gradients = bridge.gradients();
+  double last = 0.0;
+  bool first = true;
+  while (time(next_step, [&] { return job.next_step(); })) {
+    if (first) {  // the first step begins after the job's start-up (the probe, the first plan)
+      last = wall_now();
+      first = false;
+    }
+    time(zero, [&] { bridge.zero_grad(); });
+    for (auto idx = time(indices, [&] { return job.next_micro_batch(); }); !idx.empty();
+         idx = time(indices, [&] { return job.next_micro_batch(); })) {
+      auto b = time(read, [&] { return images.read(idx); });
+      time(compute, [&] {
+        torch::Tensor logits;
+        auto loss = loss_sum(model, b, &logits);
+        loss.backward();
+        job.add_loss(loss.item<double>(), logits.argmax(1).eq(b.target).sum().item<std::int64_t>());
+      });
+    }
+    time(gather, [&] { gradients.gather(); });
+    time(reduce, [&] {
+      job.reduce(std::span<float>(gradients.buffer().data_ptr<float>(), static_cast<std::size_t>(gradients.numel())));
+    });
+    time(scatter, [&] { gradients.scatter(); });
+    time(optimizer, [&] { opt.step(); });
+    const double now = wall_now();
+    time.end_step(now - last);
+    last = now;
+  }
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   antdt::Environment env(argc, argv);
-  CLI::App app{"The torch_cnn example's step with a bare MPI_Allreduce (perf/torch)"};
-  std::string data_path, json_path;
-  std::int64_t batch = 256, steps = 200;
-  std::uint64_t seed = 0;
+  CLI::App app{"The torch_cnn example's step with a bare MPI_Allreduce, or under antdt with timers (perf/torch)",
+               "torch-baseline"};
+  antdt::JobOptions options;
+  options.output.quiet = true;
+  options.output.progress = "never";
+  options.session.global_batch = 256;
+  options.session.max_steps = 200;
+  std::string data_path, json_path, loop = "bare";
+  std::uint64_t model_seed = 0;
   double lr = 0.05, momentum = 0.9;
   int threads = 1;
+  bool parts = false;
   app.add_option("--data", data_path, "Training images (antdt-datagen --kind digits)")->required();
-  app.add_option("--global-batch", batch, "Samples per step over all ranks")->capture_default_str();
-  app.add_option("--steps", steps, "Steps to run")->capture_default_str();
-  app.add_option("--seed", seed, "Initialisation seed (the example's --seed)")->capture_default_str();
+  app.add_option("--loop", loop, "bare: MPI_Allreduce and fixed equal shares; antdt: the example's loop")
+      ->check(CLI::IsMember({"bare", "antdt"}))
+      ->capture_default_str();
+  app.add_flag("--parts", parts, "Time each part of each step; rank 0 prints every rank's medians");
+  app.add_option("--model-seed", model_seed, "Seed of the model's initial weights (the example's --model-seed)")
+      ->capture_default_str();
   app.add_option("--lr", lr, "SGD learning rate")->capture_default_str();
   app.add_option("--momentum", momentum, "SGD momentum")->capture_default_str();
   app.add_option("--threads", threads, "libtorch threads per rank")->capture_default_str();
   app.add_option("--json", json_path, "Write the figures here too (rank 0)");
-  CLI11_PARSE(app, argc, argv);
+  antdt::add_job_options(app, options);  // --global-batch, --steps; the rest for --loop antdt
+  if (const int code = antdt::parse(app, argc, argv, options); code >= 0) return code;
 
-  int rank = 0, size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  torch::set_num_threads(threads);
-  antdt::data::Hdf5Dataset train(data_path);
-  antdt::TorchDataset images(train);
-  torch::manual_seed(seed);
-  Cnn model(train.sample_shape(), train.num_classes());
-  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(lr).momentum(momentum));
-  antdt::TorchGradients gradients(model->parameters());  // the same flat buffer: no copy
-  float* sums = gradients.buffer().data_ptr<float>();
-
-  const std::int64_t n = train.size();
-  const std::int64_t share = batch / size + (rank < batch % size ? 1 : 0);
-  const std::int64_t offset = rank * (batch / size) + std::min<std::int64_t>(rank, batch % size);
-  std::vector<std::int64_t> idx(static_cast<std::size_t>(share));
-  std::vector<double> step_seconds;
-  MPI_Barrier(MPI_COMM_WORLD);
-  const auto start = std::chrono::steady_clock::now();
-  auto last = start;
-  for (std::int64_t step = 0; step < steps; ++step) {
-    for (std::int64_t i = 0; i < share; ++i) idx[static_cast<std::size_t>(i)] = (step * batch + offset + i) % n;
-    gradients.zero();
-    auto b = images.read(idx);
-    F::cross_entropy(model->forward(b.data), b.target, F::CrossEntropyFuncOptions().reduction(torch::kSum)).backward();
-    MPI_Allreduce(MPI_IN_PLACE, sums, static_cast<int>(gradients.numel()), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-    gradients.buffer().mul_(1.0f / static_cast<float>(batch));
-    optimizer.step();
-    const auto now = std::chrono::steady_clock::now();
-    step_seconds.push_back(std::chrono::duration<double>(now - last).count());
-    last = now;
-  }
-  const double wall = std::chrono::duration<double>(last - start).count();
-  std::nth_element(step_seconds.begin(), step_seconds.begin() + static_cast<std::ptrdiff_t>(step_seconds.size() / 2),
-                   step_seconds.end());
-  const double median = step_seconds.empty() ? 0.0 : step_seconds[step_seconds.size() / 2];
-  if (rank == 0) {
-    const double throughput = static_cast<double>(steps * batch) / wall;
-    std::printf("torch baseline: %d ranks, B %lld, %lld steps, %.3f s, %.1f samples/s, median step %.3f ms, %s\n", size,
-                static_cast<long long>(batch), static_cast<long long>(steps), wall, throughput, median * 1e3,
-                antdt::torch_checksum(*model).c_str());
-    if (!json_path.empty()) {
-      std::ofstream(json_path) << "{\"ranks\": " << size << ", \"global_batch\": " << batch << ", \"steps\": " << steps
-                               << ", \"wall_seconds\": " << wall << ", \"throughput\": " << throughput
-                               << ", \"measured_step_seconds\": " << median << "}\n";
+  return antdt::run_main("torch-baseline", [&] {
+    int rank = 0, size = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    torch::set_num_threads(threads);
+    antdt::data::Hdf5Dataset train(data_path);
+    antdt::TorchDataset images(train);
+    options.session.dataset_size = train.size();
+    torch::manual_seed(model_seed);
+    Cnn model(train.sample_shape(), train.num_classes());
+    torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(lr).momentum(momentum));
+    const std::int64_t batch = options.session.global_batch;
+    Timers time(parts);
+    const double start = wall_now();
+    if (loop == "bare") {
+      bare_loop(images, train.size(), model, optimizer, batch, options.session.max_steps, time);
+    } else {
+      antdt_loop(options, images, model, optimizer, time);
     }
-  }
-  return 0;
+    const double wall = wall_now() - start;  // bare: the barrier to the last step's end
+    const auto steps = static_cast<std::int64_t>(time.steps().size());
+    const double step_median = median(time.steps());
+    time.print(rank, size, loop.c_str());
+    if (rank == 0) {
+      const double throughput = static_cast<double>(steps * batch) / wall;
+      std::printf("torch %s: %d ranks, B %lld, %lld steps, %.3f s, %.1f samples/s, median step %.3f ms, %s\n",
+                  loop.c_str(), size, static_cast<long long>(batch), static_cast<long long>(steps), wall, throughput,
+                  step_median * 1e3, antdt::torch_checksum(*model).c_str());
+      if (!json_path.empty()) {
+        std::ofstream(json_path) << "{\"ranks\": " << size << ", \"global_batch\": " << batch
+                                 << ", \"steps\": " << steps << ", \"wall_seconds\": " << wall
+                                 << ", \"throughput\": " << throughput << ", \"measured_step_seconds\": " << step_median
+                                 << "}\n";
+      }
+    }
+    return 0;
+  });
 }
