@@ -95,9 +95,11 @@ std::string json_policy(const antdt::sim::SimResult& r) {
     << ", \"decision_seconds_median\": " << r.decision_seconds_median
     << ", \"decision_seconds_max\": " << r.decision_seconds_max
     << ", \"controller_seconds_median\": " << r.controller_seconds_median
-    << ", \"dds_seconds_median\": " << r.dds_seconds_median << ", \"report_bytes\": " << r.report_bytes
-    << ", \"reply_bytes_typical\": " << r.reply_bytes_typical << ", \"reply_bytes_max\": " << r.reply_bytes_max
-    << ", \"gather_bytes_at_rank0\": " << r.gather_bytes << ", \"control_seconds_median\": " << r.control_seconds_median
+    << ", \"dds_seconds_median\": " << r.dds_seconds_median << ", \"settled_steps\": " << r.settled_steps
+    << ", \"decision_waits\": " << r.decision_waits << ", \"decision_wait_seconds\": " << r.decision_wait_seconds
+    << ", \"report_bytes\": " << r.report_bytes << ", \"reply_bytes_typical\": " << r.reply_bytes_typical
+    << ", \"reply_bytes_max\": " << r.reply_bytes_max << ", \"gather_bytes_at_rank0\": " << r.gather_bytes
+    << ", \"control_seconds_median\": " << r.control_seconds_median
     << ", \"allreduce_seconds\": " << r.allreduce_seconds << ", \"duplicated_samples\": " << r.duplicated
     << ", \"missing_samples\": " << r.missing << ", \"restarts\": " << r.restarts.size() << ", \"claims\": " << r.claims
     << ", \"pooled_steps\": " << r.pooling.pooled_steps << ", \"plain_steps\": " << r.pooling.plain_steps
@@ -207,6 +209,11 @@ int run(int argc, char** argv) {
   app.add_option("--plan-lag", ctl.plan_lag, "Extra steps between deciding a plan and applying it")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  app.add_option("--reply-lag", config.reply_lag,
+                 "1: rank 0 decides a step while the ranks compute the next (its decision time is charged only "
+                 "where a step waits for it); 0: every step waits for its decision")
+      ->check(CLI::Range(0, 1))
+      ->capture_default_str();
   app.add_option("--alpha", ctl.cost.alpha, "Cost model (what the Controller plans with): allreduce latency (s)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
@@ -305,7 +312,8 @@ int run(int argc, char** argv) {
             << "cost model (the Controller's): alpha " << ctl.cost.alpha << " s, beta " << ctl.cost.beta << " s/B\n"
             << "controller: window " << ctl.window << ", persistence " << ctl.persistence << ", min gain "
             << ctl.min_gain << ", min interval " << ctl.min_interval << ", warmup " << ctl.warmup_steps << ", plan lag "
-            << ctl.plan_lag << (config.charge_decision_time ? "; decision time charged" : "") << "\n\n";
+            << ctl.plan_lag << ", reply lag " << config.reply_lag
+            << (config.charge_decision_time ? "; decision time charged" : "") << "\n\n";
 
   std::vector<antdt::sim::SimResult> results;
   for (const auto& policy : policies) {
@@ -344,6 +352,12 @@ int run(int argc, char** argv) {
       std::cout << " " << (w.pooled ? "pooled" : "plain") << " from step " << w.effective_step;
     std::cout << std::setprecision(3) << "; pool overhead o " << 100.0 * r.pooling.pool_overhead
               << "%, chunk efficiency e " << r.pooling.chunk_efficiency << "\n";
+  }
+  for (const auto& r : results) {
+    std::cout << r.policy << ": " << r.settled_steps << " of " << r.steps
+              << " steps settled (decided in their own round); " << r.decision_waits
+              << " step(s) waited for rank 0's decision of the step before (" << std::setprecision(4)
+              << 1e3 * r.decision_wait_seconds << " ms in all)\n";
   }
   std::cout << "per epoch (committed/missing/duplicated, counted independently of the ledger):";
   for (const auto& r : results) {

@@ -298,6 +298,12 @@ inline void add_job_options(CLI::App& app, JobOptions& o) {
       ->group(sched)
       ->check(in_range<int>(1, 64))
       ->capture_default_str();
+  last(app.add_option("--reply-lag", s.reply_lag,
+                      "Steps a rank runs ahead of rank 0's decision: 1 (rank 0 decides a step while the ranks "
+                      "compute the next; plans apply a step later) or 0 (every rank waits for each decision)"))
+      ->group(sched)
+      ->check(in_range<int>(0, 1))
+      ->capture_default_str();
 
   const char* pol = "Policy";
   const std::vector<std::string> policies = policy_names();

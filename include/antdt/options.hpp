@@ -112,7 +112,11 @@ struct SessionOptions {
   std::int64_t max_epochs = 0;       // 0 = unlimited (stop by steps)
   std::int64_t max_steps = 0;        // 0 = unlimited (stop by epochs)
   int prefetch_steps = 2;            // no effect: every rank composes its own steps from the data order
-  ControllerOptions controller;      // policy, hysteresis, windows (global_batch/caps are filled in)
+  // Steps a rank runs before it needs rank 0's reply to a step: 1 (rank 0 decides step t while
+  // the ranks compute t + 1; plans take effect at t + 2) or 0 (every rank waits for each
+  // decision, as before). Stops, checkpoints and the last step are settled either way.
+  int reply_lag = 1;
+  ControllerOptions controller;  // policy, hysteresis, windows (global_batch/caps are filled in)
   // Policy static only: this split b_i (one per rank, summing to global_batch) instead of equal
   // batches, e.g. the best fixed split found offline to compare dd against. Empty: equal.
   std::vector<std::int64_t> fixed_split;

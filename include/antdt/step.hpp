@@ -24,10 +24,16 @@ struct StepWork {
 };
 
 // What end_step learned about the whole step (identical on every rank).
+//
+// The totals (samples, loss_sum, correct, max_compute_seconds) are those of step totals_step.
+// Rank 0 decides a step while the ranks compute the next one (the reply lag, docs/protocol.md),
+// so usually totals_step = step - 1 (-1 at the first step: no totals yet); at a settled step
+// (a checkpoint or stop request, the last step, a pooled step, or --reply-lag 0) it is step.
 struct StepSummary {
-  std::int64_t step = 0;
-  std::int64_t samples = 0;  // B actually used across all ranks
-  double loss_sum = 0.0;     // sum over ranks of what each passed to end_step
+  std::int64_t step = 0;          // the step that ended
+  std::int64_t totals_step = -1;  // the step whose totals follow (-1: none)
+  std::int64_t samples = 0;       // B actually used across all ranks
+  double loss_sum = 0.0;          // sum over ranks of what each passed to end_step
   std::int64_t correct = 0;
   double max_compute_seconds = 0.0;
   bool plan_changed = false;          // a new plan was issued (it applies at its effective_step)

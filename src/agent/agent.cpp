@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <numeric>
 
 #include "antdt/error.hpp"
 #include "core/log.hpp"
@@ -56,7 +57,11 @@ StepWork Agent::begin() {
   if (p.pooled && !pool_.pooled) throw UsageError("a plan pools its steps, but this job has no pool (PoolOptions)");
   step_pooled_ = w.pooled = p.pooled;
   batch_ = stream_.next(p.global_batch);
-  share_ = dds::share_of(p.batch, rank_, batch_.size());
+  if (share_plan_ != plans_.current_ptr()) {  // a new plan: where this rank's slice begins (O(ranks), once)
+    share_plan_ = plans_.current_ptr();
+    share_begin_ = std::accumulate(p.batch.begin(), p.batch.begin() + rank_, std::int64_t{0});
+  }
+  share_ = dds::slice_at(share_begin_, p.batch[static_cast<std::size_t>(rank_)], batch_.size());
   if (step_pooled_) {
     samples_ = 0;
     micro_steps_ = 0;
@@ -214,26 +219,36 @@ StepSummary Agent::apply(const protocol::StepReply& reply, std::shared_ptr<const
     case protocol::ReplyStatus::error:
       throw Error(reply.error);
   }
+  // A pipelined reply: for the step this rank passed (pass()), which it ran as a whole batch.
+  const bool late = reply.ends_step && passed_step_ >= 0 && reply.step == passed_step_;
+  if (reply.ends_step && !late && !(in_step_ && reply.step == step_)) {
+    throw Error("step reply: it ends step " + std::to_string(reply.step) + " but rank " + std::to_string(rank_) +
+                " is at step " + std::to_string(step_) + (in_step_ ? "" : " between steps") +
+                " (every rank must run the same antdt)");
+  }
   StepSummary s;
   if (reply.plan_follows) {
     if (!plan) throw Error("step reply: a plan was announced but none came with it");
     plans_.issue(std::move(plan));
     s.plan_changed = true;
   }
-  if (reply.ends_step) stream_.advance(batch_, reply.undone);
-  if (stream_.cursor() != reply.next_position) {
+  if (late && !reply.undone.empty()) throw Error("step reply: a pipelined step left part of its batch undone");
+  if (reply.ends_step && !late) stream_.advance(batch_, reply.undone);
+  const std::int64_t cursor = late ? passed_cursor_ : stream_.cursor();
+  if (cursor != reply.next_position) {
     throw Error("step reply: rank " + std::to_string(rank_) + " has the data order at position " +
-                std::to_string(stream_.cursor()) + " but rank 0 has it at " + std::to_string(reply.next_position) +
+                std::to_string(cursor) + " but rank 0 has it at " + std::to_string(reply.next_position) +
                 " (every rank must run the same antdt with the same data options)");
   }
   completed_epochs_ = reply.completed_epochs;
   committed_total_ = reply.committed_total;
-  finished_ = reply.finished;
+  if (!late) finished_ = reply.finished;
   restart_ = restart_ || reply.restart;
   stopped_ = stopped_ || reply.stopped;
   deadline_ = reply.deadline_seconds;
   started_ = true;
-  s.step = step_;
+  s.step = reply.ends_step ? reply.step : step_;
+  s.totals_step = reply.ends_step ? reply.step : -1;
   s.samples = reply.samples;
   s.loss_sum = reply.loss_sum;
   s.correct = reply.correct;
@@ -243,11 +258,26 @@ StepSummary Agent::apply(const protocol::StepReply& reply, std::shared_ptr<const
   s.stopped = stopped_;
   s.restart = restart_;
   s.completed_epochs = completed_epochs_;
-  if (reply.ends_step) {
+  if (late) {
+    passed_step_ = -1;
+  } else if (reply.ends_step) {
     in_step_ = false;
     ++step_;
   }
   return s;
+}
+
+void Agent::pass() {
+  if (!in_step_) throw UsageError("Session::end_step called without begin_step");
+  if (step_pooled_) throw Error("step " + std::to_string(step_) + " is pooled: it cannot end before rank 0's reply");
+  if (passed_step_ >= 0) {
+    throw Error("rank 0's reply to step " + std::to_string(passed_step_) + " did not come one step late, as due");
+  }
+  stream_.advance(batch_);
+  passed_step_ = step_;
+  passed_cursor_ = stream_.cursor();
+  in_step_ = false;
+  ++step_;
 }
 
 double Agent::probe(const std::function<void(std::int64_t)>& micro_step, std::int64_t n, int repetitions) {

@@ -105,6 +105,12 @@ class Agent {
   // rank 0 sent when it rejected the step, and antdt::Error if this rank's view of the order
   // disagrees with rank 0's.
   StepSummary apply(const protocol::StepReply& reply, std::shared_ptr<const Plan> plan = nullptr);
+  // A pipelined step (docs/protocol.md): ends the open step before rank 0's reply to it, which
+  // comes with the next step's round (apply() takes it then). The data order moves past the
+  // whole batch (a pipelined step is never pooled, so it leaves nothing undone).
+  void pass();
+  // The step passed whose reply has not come yet, or -1.
+  [[nodiscard]] std::int64_t passed_step() const noexcept { return passed_step_; }
 
   // Times `micro_step(n)` `repetitions` times after a warm-up, and more while the timed ones
   // add up to less than kProbeMinSeconds (at most kProbeMaxRepetitions), emulation applied
@@ -145,8 +151,10 @@ class Agent {
   Clock* clock_;
   dds::ShardMap map_;
   dds::StepStream stream_;
-  dds::StepBatch batch_;   // the open (or last) step's batch
-  dds::BatchRange share_;  // this rank's slice of it
+  dds::StepBatch batch_;                    // the open (or last) step's batch
+  dds::BatchRange share_;                   // this rank's slice of it
+  std::shared_ptr<const Plan> share_plan_;  // the plan share_begin_ is for (held: no address reuse)
+  std::int64_t share_begin_ = 0;            // sum of the shares of the ranks before this one
   SpeedEmulator emulator_;
   PlanSchedule plans_;
 
@@ -159,6 +167,8 @@ class Agent {
   bool checkpoint_asked_ = false;
   std::int64_t completed_epochs_ = 0;
   std::int64_t committed_total_ = 0;
+  std::int64_t passed_step_ = -1;   // pass(): the step whose reply is due
+  std::int64_t passed_cursor_ = 0;  // ... and where the data order stood after it
 
   // The open step.
   bool in_step_ = false;

@@ -259,7 +259,10 @@ std::optional<Plan> Controller::on_step(std::int64_t step, std::span<const RankS
       step, plan(), monitor_, assessments_, options_, cost_, last_change_step_, model_error(), plan_at(step).pooled};
   if (policy_->restarts()) consider_restart(context, outlook);
   std::optional<Plan> decided = policy_->decide(context);
-  if (!decided) return std::nullopt;
+  // One plan waits at a time: with plan_lag >= 1 a plan issued at step t - 1 is not yet in force
+  // at step t, and every rank holds one pending plan (PlanSchedule); a policy that wants another
+  // change at once proposes it again at the next step.
+  if (!decided || history_.back().effective_step > step) return std::nullopt;
   if (!policy_->switches_pooling()) decided->pooled = plan().pooled;
   Plan next = checked(std::move(*decided));
   if (next.batch == plan().batch && next.pooled == plan().pooled) return std::nullopt;

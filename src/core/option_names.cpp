@@ -22,6 +22,7 @@ constexpr std::pair<std::string_view, std::string_view> kFields[] = {
     {"data-seed", "session.seed"},
     {"shuffle-within-shard", "session.shuffle_within_shard"},
     {"prefetch-steps", "session.prefetch_steps"},
+    {"reply-lag", "session.reply_lag"},
     {"policy", "session.controller.policy"},
     {"backup-workers", "session.backup_workers"},
     {"nd-chunks", "session.chunks_per_share"},

@@ -110,6 +110,9 @@ struct StepBatch {
 // [sum_{j<rank} b_j, sum_{j<=rank} b_j), clipped to the batch (a short final step gives the
 // last ranks less, or nothing). Empty for a rank outside the shares.
 [[nodiscard]] BatchRange share_of(std::span<const std::int64_t> shares, int rank, std::int64_t batch_size);
+// The slice of `size` positions from offset `begin`, clipped to the batch (share_of, for a
+// caller that walks the ranks in order and keeps the running offset).
+[[nodiscard]] BatchRange slice_at(std::int64_t begin, std::int64_t size, std::int64_t batch_size);
 
 // Pure function of LedgerOptions: shard geometry, the per-epoch orders, and the stream. The
 // orders come from a keyed Feistel permutation (cycle-walked to the exact domain), so any

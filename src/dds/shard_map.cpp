@@ -113,8 +113,12 @@ BatchRange share_of(std::span<const std::int64_t> shares, int rank, std::int64_t
   if (rank < 0 || static_cast<std::size_t>(rank) >= shares.size()) return {};
   std::int64_t begin = 0;
   for (int j = 0; j < rank; ++j) begin += shares[static_cast<std::size_t>(j)];
-  const std::int64_t end = begin + shares[static_cast<std::size_t>(rank)];
-  return BatchRange{std::clamp<std::int64_t>(begin, 0, batch_size), std::clamp<std::int64_t>(end, 0, batch_size)};
+  return slice_at(begin, shares[static_cast<std::size_t>(rank)], batch_size);
+}
+
+BatchRange slice_at(std::int64_t begin, std::int64_t size, std::int64_t batch_size) {
+  return BatchRange{std::clamp<std::int64_t>(begin, 0, batch_size),
+                    std::clamp<std::int64_t>(begin + size, 0, batch_size)};
 }
 
 ShardMap::ShardMap(const LedgerOptions& options)

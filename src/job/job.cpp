@@ -492,12 +492,16 @@ struct Job::Impl {
     // Requests ride in this rank's report; rank 0 answers them for every rank at this step.
     if (detail::stop_signal() != 0) session->request_stop();
     if (root() && checkpoint_by_time_due()) session->request_checkpoint();
+    // A checkpoint by step count is a request too: rank 0 then settles the step (docs/protocol.md),
+    // so the loss checked below is this step's and the checkpoint holds its commit.
+    const auto every = opt.checkpoint.every_steps;
+    if (!ckpt_dir.empty() && every > 0 && (session->step() + 1) % every == 0) session->request_checkpoint();
     last = session->end_step(loss_sum, correct);
     in_step = false;
     // StepSummary::loss_sum is the same sum on every rank: so is this decision.
     if (!std::isfinite(last.loss_sum)) {
       detail::throw_shared_error(detail::ErrorKind::non_finite,
-                                 "step " + std::to_string(last.step) +
+                                 "step " + std::to_string(last.totals_step) +
                                      ": the training loss is not finite (NaN or Inf); stopped before checkpointing "
                                      "this step, so the newest checkpoint holds the last good state; lower the "
                                      "learning rate, or check the data",
@@ -507,7 +511,6 @@ struct Job::Impl {
     if (recent_loss.size() > 10) recent_loss.erase(recent_loss.begin());
     for (const auto& hook : step_hooks) hook(last);
     const std::int64_t done = session->step();
-    const auto every = opt.checkpoint.every_steps;
     const bool due = (every > 0 && done % every == 0) || last.checkpoint_requested;
     if (!ckpt_dir.empty() && due && !session->finished()) write_checkpoint();
     progress(done);

@@ -24,6 +24,9 @@ StepCoordinator::StepCoordinator(const StepCoordinatorOptions& options, dds::Coo
   if (options_.pool.pooled && options_.pool.mechanism == PoolMechanism::automatic) {
     throw UsageError("step coordinator: pooled steps need their mechanism resolved (counter or deadline)");
   }
+  if (options_.pipelined && controller_.options().plan_lag < 1) {
+    throw UsageError("step coordinator: a pipelined run needs plan_lag >= 1 (a plan must reach every rank in time)");
+  }
 }
 
 template <class F>
@@ -45,6 +48,22 @@ bool StepCoordinator::reached_end_after(std::int64_t next_step) const {
   return dds_.ledger().exhausted();
 }
 
+// With the ledger standing before `step`'s batch: no step follows `step` once it trains all of
+// its batch (a pipelined run settles it).
+bool StepCoordinator::last_step_is(std::int64_t step) const {
+  if (options_.max_steps > 0 && step + 1 >= options_.max_steps) return true;
+  dds::StepStream after = dds_.ledger().stream();
+  if (after.exhausted()) return true;
+  after.advance(after.next(plans_.at(step).global_batch));
+  return after.exhausted();
+}
+
+bool StepCoordinator::settles(std::span<const StepReport> reports, const StepReply* previous) const {
+  if (!options_.pipelined || plans_.at(step_).pooled) return true;
+  if (previous != nullptr && previous->settle_next) return true;
+  return std::any_of(reports.begin(), reports.end(), [](const StepReport& r) { return r.stop || r.checkpoint; });
+}
+
 StepDecision StepCoordinator::rejected(ReplyStatus status, std::string why) const {
   StepDecision d;
   d.reply.status = status;
@@ -55,7 +74,9 @@ StepDecision StepCoordinator::rejected(ReplyStatus status, std::string why) cons
 StepDecision StepCoordinator::start() {
   finished_ = reached_end_after(step_);
   StepDecision d;
+  d.reply.step = step_;
   d.reply.finished = finished_;
+  d.reply.settle_next = options_.pipelined && !finished_ && last_step_is(step_);
   d.reply.completed_epochs = dds_.ledger().completed_epochs();
   d.reply.committed_total = committed_total_;
   d.reply.next_position = dds_.ledger().stream().cursor();
@@ -86,8 +107,10 @@ std::optional<std::string> StepCoordinator::undone_of(std::span<const StepReport
     return std::nullopt;
   }
   const bool by_deadline = plan.pooled;  // a prefix of the slice; else all of it
+  std::int64_t begin = 0;                // rank r's slice starts after the shares before it (O(ranks) in all)
   for (std::size_t r = 0; r < reports.size(); ++r) {
-    const dds::BatchRange share = dds::share_of(plan.batch, static_cast<int>(r), n);
+    const dds::BatchRange share = dds::slice_at(begin, plan.batch[r], n);
+    begin += plan.batch[r];
     const std::int64_t c = reports[r].consumed;
     if (c < 0 || c > share.size() || (!by_deadline && c != share.size())) return disagree(r, "its slice", share.size());
     if (c < share.size()) undone.push_back(dds::BatchRange{share.begin + c, share.end});
@@ -162,8 +185,13 @@ StepRecord StepCoordinator::record_of(std::vector<RankStepStats> stats, double l
   return rec;
 }
 
-StepDecision StepCoordinator::decide(std::span<const StepReport> reports) {
+StepDecision StepCoordinator::decide(std::span<const StepReport> reports, bool settled) {
   if (finished_) return rejected(ReplyStatus::usage_error, "step coordinator: the run has finished");
+  if (!settled && settles(reports, nullptr)) {
+    return rejected(ReplyStatus::error, "step coordinator: step " + std::to_string(step_) +
+                                            " must be settled (no pipeline, a pooled step, or a stop or checkpoint "
+                                            "request), but its decision was asked for one step late");
+  }
   plans_.advance_to(step_);
   if (auto problem = lockstep_problem(reports)) return rejected(ReplyStatus::error, std::move(*problem));
   std::vector<RankStepStats> stats = stats_of(reports);
@@ -199,10 +227,10 @@ StepDecision StepCoordinator::decide(std::span<const StepReport> reports) {
                     << " ms/step predicted; measured median " << controller_.monitor().step_seconds() * 1e3
                     << " ms under the old plan)";
   }
-  if (controller_.restart()) {  // the run ends here; rank 0 checkpoints it for the restarted job
+  if (!restart_ && controller_.restart()) {  // the run ends (here, or after the next step when pipelined)
     restart_ = controller_.restart();
-    totals.restart = true;
-    ANTDT_LOG(warn) << "step " << step_ << ": " << restart_->reason;
+    ANTDT_LOG(warn) << "step " << step_ << ": " << restart_->reason
+                    << (settled ? "" : " (after the next step: rank 0 decides one step late)");
   }
   std::string asked;
   for (std::size_t r = 0; r < reports.size(); ++r) {
@@ -215,7 +243,14 @@ StepDecision StepCoordinator::decide(std::span<const StepReport> reports) {
     ANTDT_LOG(warn) << "step " << step_ << ": rank" << (asked.find(',') == std::string::npos ? " " : "s ") << asked
                     << " asked to stop (a signal): the run ends after this step";
   }
-  finished_ = restart_.has_value() || stopped_ || reached_end_after(step_ + 1);
+  totals.step = step_;
+  if (settled) {
+    totals.restart = restart_.has_value();
+    finished_ = restart_.has_value() || stopped_ || reached_end_after(step_ + 1);
+    totals.settle_next = options_.pipelined && !finished_ && last_step_is(step_ + 1);
+  } else {
+    totals.settle_next = restart_.has_value() || last_step_is(step_ + 1);
+  }
   totals.next_position = dds_.ledger().stream().cursor();
   totals.undone = std::move(undone);
   if (options_.pool.pooled) totals.deadline_seconds = pooled_deadline();

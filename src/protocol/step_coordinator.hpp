@@ -13,6 +13,14 @@
 //      reduction", invariant 1); what was left undone is carried to the next steps;
 //   3. feed the Controller (Monitor, classes, policy), which may issue a plan effective at
 //      step + 1 + plan_lag.
+//
+// Pipelined (StepCoordinatorOptions::pipelined, reply lag 1): a step's reply reaches the ranks
+// one step late, in the round of the next step's reports, so rank 0 decides step t while the
+// ranks compute step t + 1 (plans take effect at t + 1 + plan_lag, plan_lag >= 1). A step is
+// settled instead (its reply in its own round) when settles() says so: every step without a
+// pipeline, a pooled step, a step with a stop or checkpoint request, and the last step of the
+// run (predicted one step ahead: settle_next). So stops, checkpoints and the end come at the
+// same step as without the lag, and a kill-restart decision one step later.
 // Nothing is granted: every rank computes its own samples from the data order and the plan.
 // A rejected step changes nothing and can be decided again.
 #pragma once
@@ -51,6 +59,7 @@ struct StepCoordinatorOptions {
   std::uint64_t emulation_seed = 0;
   ControllerOptions controller;  // resolved: world size, global batch, caps
   PoolOptions pool;              // pooled steps; the mechanism must be resolved (counter or deadline)
+  bool pipelined = false;        // reply lag 1 (see above); needs controller.plan_lag >= 1
 };
 
 class StepCoordinator {
@@ -67,8 +76,12 @@ class StepCoordinator {
 
   // The first exchange of a run (or of a resumed one): where the data order stands.
   [[nodiscard]] StepDecision start();
-  // The step's decision from every rank's report (reports[r] from rank r).
-  [[nodiscard]] StepDecision decide(std::span<const StepReport> reports);
+  // The step's decision from every rank's report (reports[r] from rank r). `settled`: its reply
+  // reaches the ranks before they begin the next step (settles()); otherwise one step later.
+  [[nodiscard]] StepDecision decide(std::span<const StepReport> reports, bool settled = true);
+  // Whether the step of `reports` must be settled: not pipelined, a pooled step, a rank asked to
+  // stop or checkpoint, or the reply before it (`previous`, null if none was pending) said so.
+  [[nodiscard]] bool settles(std::span<const StepReport> reports, const StepReply* previous) const;
 
   // Replaces the plan in force before the first step (a startup probe's split).
   const Plan& install_plan(Plan plan);
@@ -115,6 +128,7 @@ class StepCoordinator {
   [[nodiscard]] std::optional<std::string> undone_of(std::span<const StepReport> reports,
                                                      std::vector<dds::BatchRange>& undone) const;
   [[nodiscard]] bool reached_end_after(std::int64_t next_step) const;
+  [[nodiscard]] bool last_step_is(std::int64_t step) const;
   [[nodiscard]] StepOutlook outlook() const;
   [[nodiscard]] double pooled_deadline() const;
   [[nodiscard]] StepDecision rejected(ReplyStatus status, std::string why) const;

@@ -45,11 +45,15 @@ struct StepReport {
 enum class ReplyStatus : std::uint8_t { ok = 0, usage_error = 1, error = 2 };
 
 struct StepReply {
-  static constexpr std::uint8_t kVersion = 5;  // 2: restart; 3: deadline; 4: stopped; 5: the stream, not grants
+  static constexpr std::uint8_t kVersion = 6;  // 2: restart; 3: deadline; 4: stopped; 5: the stream; 6: the lag
 
   ReplyStatus status = ReplyStatus::ok;
-  std::string error;          // one line, when status != ok
-  bool ends_step = false;     // false: the reply to the first exchange (no step ended)
+  std::string error;       // one line, when status != ok
+  bool ends_step = false;  // false: the reply to the first exchange (no step ended)
+  std::int64_t step = 0;   // the step it ends (ends_step), or the first step (the first exchange)
+  // Reply lag 1 (docs/protocol.md): rank 0 settles the next step, i.e. answers it in the same
+  // round as its report, because the run ends after it (a limit, a kill-restart decision).
+  bool settle_next = false;
   bool finished = false;      // no step follows (max_steps reached or every epoch committed)
   bool plan_follows = false;  // a new plan comes with this reply (effective at its effective_step)
   bool restart = false;       // kill-restart: no step follows; checkpoint, then exit for resubmission
@@ -74,9 +78,9 @@ struct StepReply {
 
   template <class Self, class F>
   static void fields(Self& m, F&& f) {
-    f(m.status), f(m.error), f(m.ends_step), f(m.finished), f(m.plan_follows), f(m.restart), f(m.stopped),
-        f(m.checkpoint), f(m.deadline_seconds), f(m.completed_epochs), f(m.committed_total), f(m.samples), f(m.correct),
-        f(m.loss_sum), f(m.max_compute_seconds), f(m.next_position), f(m.undone);
+    f(m.status), f(m.error), f(m.ends_step), f(m.step), f(m.settle_next), f(m.finished), f(m.plan_follows),
+        f(m.restart), f(m.stopped), f(m.checkpoint), f(m.deadline_seconds), f(m.completed_epochs), f(m.committed_total),
+        f(m.samples), f(m.correct), f(m.loss_sum), f(m.max_compute_seconds), f(m.next_position), f(m.undone);
   }
 };
 

@@ -10,6 +10,10 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <thread>
 
 #include "agent/agent.hpp"
 #include "antdt/error.hpp"
@@ -82,6 +86,68 @@ class CounterOnRoot final : public agent::StepPool {
   detail::RmaStepPool counter;
 };
 
+// One task at a time on a thread of its own: rank 0's decision of a pipelined step, made while
+// this rank computes the next one. It does no MPI. A thread waiting here sleeps.
+class Background {
+ public:
+  Background() = default;
+  Background(const Background&) = delete;
+  Background& operator=(const Background&) = delete;
+  ~Background() {
+    {
+      std::lock_guard lock(mutex_);
+      quit_ = true;
+    }
+    wake_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  void start(std::function<void()> task) {
+    if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
+    {
+      std::lock_guard lock(mutex_);
+      task_ = std::move(task);
+      busy_ = true;
+    }
+    wake_.notify_all();
+  }
+
+  // Waits for the task started last (if any); rethrows what it threw.
+  void wait() {
+    std::unique_lock lock(mutex_);
+    done_.wait(lock, [&] { return !busy_; });
+    if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+  }
+
+ private:
+  void loop() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      wake_.wait(lock, [&] { return quit_ || task_ != nullptr; });
+      if (quit_) return;
+      auto task = std::exchange(task_, nullptr);
+      lock.unlock();
+      std::exception_ptr error;
+      try {
+        task();
+      } catch (...) {
+        error = std::current_exception();
+      }
+      lock.lock();
+      error_ = error;
+      busy_ = false;
+      done_.notify_all();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_, done_;
+  std::function<void()> task_;
+  std::exception_ptr error_;
+  bool busy_ = false, quit_ = false;
+  std::thread thread_;
+};
+
 }  // namespace
 
 // A Guard for this Session's waits, unless the process has one already (a Job's, or its
@@ -114,6 +180,18 @@ struct Session::Impl {
   std::vector<Plan> history;                               // rank 0: the plans of this run; others: the plans applied
   detail::RunRecorder recorder;                            // rank 0
   double t_session = seconds_now(), t_step_begin = t_session, t_last_end = t_session;
+  // Rank 0, pipelined steps (docs/protocol.md): the decision of the step passed last round, made
+  // in the background while this rank computes, and sent in the next round.
+  struct Pending {
+    protocol::StepDecision decision;
+    double start_seconds = 0.0, wall_seconds = 0.0;  // its record's times, taken when it ended
+  };
+  std::optional<Pending> pending;
+  bool deciding = false;                              // the decider is making `pending`'s decision
+  bool settle_next = false;                           // the start's reply asked for the next step to be settled
+  double decision_wait_seconds = 0.0;                 // rank 0: time this thread waited for the decider
+  std::vector<protocol::StepReport> decided_reports;  // what the decider decides from
+  Background decider;                                 // last: joined first on destruction, before what it uses
 
   Impl(MPI_Comm user, SessionOptions o)
       : opt(std::move(o)),
@@ -152,8 +230,8 @@ struct Session::Impl {
     };
     const PlanSchedule* plans = root() ? &coordinator->plans() : nullptr;
     auto current = plan_from(broadcast(comm, plans ? bytes(plans->current_ptr()) : std::vector<std::byte>{}));
-    auto pending = broadcast(comm, plans ? bytes(plans->pending()) : std::vector<std::byte>{});
-    agent.reset_plan(std::move(current), pending.empty() ? nullptr : plan_from(pending));
+    auto pending_plan = broadcast(comm, plans ? bytes(plans->pending()) : std::vector<std::byte>{});
+    agent.reset_plan(std::move(current), pending_plan.empty() ? nullptr : plan_from(pending_plan));
   }
 
   // The step's reduction, guarded (guard.hpp): a rank that stalls before or inside it is named
@@ -175,8 +253,9 @@ struct Session::Impl {
     agent.add_reduce_seconds(seconds_now() - t0);
   }
 
-  // One control exchange: every rank's report (none for the first) to rank 0's coordinator,
-  // each rank's reply back. Returns this rank's summary of it.
+  // One control round: every rank's report (none for the first) to rank 0, each rank's replies
+  // back: the reply to the step passed last round (pipelined), then the reply to this step if
+  // rank 0 settles it. A step no reply ends is passed (Agent::pass): its reply comes next round.
   StepSummary exchange(const protocol::StepReport* report) {
     detail::Guard::Scope scope(guard, detail::Phase::control, agent.step());
     detail::ByteWriter mine;
@@ -184,14 +263,58 @@ struct Session::Impl {
     const auto got = channel.exchange(mine.bytes(), [&](const std::vector<std::span<const std::byte>>& reports) {
       return decide(report != nullptr, reports);
     });
-    detail::ByteReader in(got.mine);
-    const protocol::StepReply reply = protocol::decode_reply(in);
-    return agent.apply(reply, got.shared.empty() ? nullptr : plan_from(got.shared));
+    detail::ByteReader in(got.mine), shared(got.shared);
+    const auto count = in.get<std::uint8_t>();
+    const auto plans = got.shared.empty() ? std::uint8_t{0} : shared.get<std::uint8_t>();
+    StepSummary summary;
+    bool plan_changed = false;
+    std::uint8_t plans_taken = 0;
+    for (std::uint8_t i = 0; i < count; ++i) {
+      const protocol::StepReply reply = protocol::decode_reply(in);
+      std::shared_ptr<const Plan> plan;
+      if (reply.plan_follows && plans_taken < plans) {
+        plan = plan_from(shared.get_vector<std::byte>());
+        ++plans_taken;
+      }
+      summary = agent.apply(reply, std::move(plan));
+      plan_changed = plan_changed || summary.plan_changed;
+    }
+    if (report && agent.in_step()) {  // no reply ended it: pipelined
+      agent.pass();
+      summary.step = report->step;
+    }
+    summary.plan_changed = plan_changed;
+    return summary;
   }
 
-  // Rank 0: decodes the reports, asks the coordinator, records, encodes every rank's reply.
+  // Rank 0: waits for the decision the decider is making, if any.
+  void join_decider() {
+    if (!deciding) return;
+    const double t0 = seconds_now();
+    deciding = false;
+    decider.wait();
+    decision_wait_seconds += seconds_now() - t0;
+  }
+
+  // Rank 0: the coordinator, with no decision under way (what reads or saves it needs this).
+  protocol::StepCoordinator& settled_coordinator() {
+    join_decider();
+    return *coordinator;
+  }
+
+  // Rank 0: decodes the reports; sends the pending decision (the step passed last round) and,
+  // if this step settles, this step's decision; otherwise hands this step to the decider.
   detail::ControlChannel::Replies decide(bool step, const std::vector<std::span<const std::byte>>& reports) {
-    protocol::StepDecision d;
+    const double now = seconds_now();
+    join_decider();
+    std::vector<protocol::StepDecision> out_decisions;
+    std::vector<std::pair<double, double>> times;  // each sent decision's record times
+    if (pending) {
+      out_decisions.push_back(std::move(pending->decision));
+      times.emplace_back(pending->start_seconds, pending->wall_seconds);
+      pending.reset();
+    }
+    const std::pair<double, double> this_step{t_step_begin - t_session, now - t_last_end};
     if (step) {
       std::vector<protocol::StepReport> decoded;
       decoded.reserve(reports.size());
@@ -199,29 +322,60 @@ struct Session::Impl {
         detail::ByteReader in(bytes);
         decoded.push_back(protocol::decode_report(in));
       }
-      d = coordinator->decide(decoded);
+      const protocol::StepReply* previous = out_decisions.empty() ? nullptr : &out_decisions.back().reply;
+      const bool settle = std::exchange(settle_next, false) || coordinator->settles(decoded, previous) ||
+                          (previous && previous->status != protocol::ReplyStatus::ok);
+      if (settle) {
+        out_decisions.push_back(coordinator->decide(decoded));
+        settle_next = out_decisions.back().reply.settle_next;
+        times.push_back(this_step);
+      } else {
+        decided_reports = std::move(decoded);
+        pending.emplace();
+        pending->start_seconds = this_step.first;
+        pending->wall_seconds = this_step.second;
+        deciding = true;
+        decider.start([this] { pending->decision = coordinator->decide(decided_reports, false); });
+      }
     } else {
-      d = coordinator->start();
+      out_decisions.push_back(coordinator->start());
+      settle_next = out_decisions.back().reply.settle_next;
+      times.push_back(this_step);
     }
     if (pool) pool->counter.reset();  // every rank has reported: no claim of this step is in flight
-    if (d.record) keep(*d.record);
-    if (d.plan) history.push_back(*d.plan);
     detail::ControlChannel::Replies out;
-    detail::ByteWriter w;
+    detail::ByteWriter w, shared;
+    std::uint8_t plans = 0;
+    for (std::size_t i = 0; i < out_decisions.size(); ++i) {
+      auto& d = out_decisions[i];
+      if (d.record) keep(*d.record, times[i]);
+      if (d.plan) {
+        history.push_back(*d.plan);
+        ++plans;
+      }
+    }
+    if (plans > 0) {
+      shared.put(plans);
+      for (const auto& d : out_decisions) {
+        if (!d.plan) continue;
+        shared.put_vector(plan_bytes(*d.plan));
+      }
+    }
     out.offsets.push_back(0);
     for (int r = 0; r < comm.size(); ++r) {
-      protocol::encode(d.reply_for(r), w);
+      w.put(static_cast<std::uint8_t>(out_decisions.size()));
+      for (const auto& d : out_decisions) protocol::encode(d.reply_for(r), w);
       out.offsets.push_back(w.bytes().size());
     }
     out.per_rank = w.take();
-    if (d.plan) out.shared = plan_bytes(*d.plan);
+    out.shared = shared.take();
     return out;
   }
 
-  void keep(StepRecord& rec) {
-    const double now = seconds_now();
-    rec.start_seconds = t_step_begin - t_session;  // rank 0's clock: data wait starts here
-    rec.wall_seconds = now - t_last_end;
+  // `times`: the step's start on rank 0's clock (data wait starts there) and its wall time.
+  void keep(StepRecord& rec, std::pair<double, double> times) {
+    rec.start_seconds = times.first;
+    rec.wall_seconds = times.second;
     recorder.record(rec, coordinator->plans().current());
   }
 
@@ -390,19 +544,20 @@ void Session::request_checkpoint() noexcept { impl_->agent.request_checkpoint();
 bool Session::stopped() const noexcept { return impl_->agent.stopped(); }
 
 std::optional<RestartDecision> Session::restart_decision() const {
-  return impl_->coordinator ? impl_->coordinator->restart() : std::nullopt;
+  return impl_->coordinator ? impl_->settled_coordinator().restart() : std::nullopt;
 }
 
 void Session::set_restart_cost(double seconds) {
-  if (impl_->coordinator) impl_->coordinator->set_restart_seconds(seconds);
+  if (impl_->coordinator) impl_->settled_coordinator().set_restart_seconds(seconds);
 }
 
 void Session::save(CheckpointWriter& writer) const {
-  const auto& s = *impl_;
+  auto& s = *impl_;
   if (!s.root()) return;
   if (s.agent.in_step()) throw UsageError("Session::save must be called between steps (after end_step)");
   detail::CheckpointStateWriter out(writer);
-  s.coordinator->save(out);
+  // A pipelined step's decision is made (its commit is in the checkpoint); it is sent next round.
+  s.settled_coordinator().save(out);
 }
 
 void Session::restore(const CheckpointReader* reader) {
@@ -439,10 +594,11 @@ bool Session::emulated() const noexcept { return impl_->agent.emulator().emulate
 void Session::add_record_sink(RecordSink sink) { impl_->recorder.add_sink(std::move(sink)); }
 RunTotals Session::totals() const { return impl_->recorder.totals(); }
 std::int64_t Session::samples_committed() const noexcept { return impl_->agent.committed_total(); }
-std::int64_t Session::altered_steps() const noexcept {
-  return impl_->coordinator ? impl_->coordinator->altered_steps() : 0;
+std::int64_t Session::altered_steps() const {
+  return impl_->coordinator ? impl_->settled_coordinator().altered_steps() : 0;
 }
-double Session::dds_seconds() const noexcept { return impl_->coordinator ? impl_->coordinator->dds_seconds() : 0.0; }
+double Session::dds_seconds() const { return impl_->coordinator ? impl_->settled_coordinator().dds_seconds() : 0.0; }
+double Session::decision_wait_seconds() const noexcept { return impl_->decision_wait_seconds; }
 double Session::elapsed_seconds() const noexcept { return seconds_now() - impl_->t_session; }
 const std::vector<std::int64_t>& Session::micro_batch_caps() const noexcept { return impl_->caps; }
 const std::vector<std::string>& Session::node_names() const noexcept { return impl_->nodes; }
@@ -454,18 +610,18 @@ Session::PoolCost Session::pool_cost() const noexcept {
 std::vector<EpochCoverageReport> Session::coverage() const {
   std::vector<EpochCoverageReport> out;
   if (!impl_->coordinator) return out;
-  for (const auto& c : impl_->coordinator->dds().coverage())
+  for (const auto& c : impl_->settled_coordinator().dds().coverage())
     out.push_back({c.epoch, c.committed, c.missing, c.duplicated});
   return out;
 }
 
 std::vector<double> Session::rank_throughput() const {
-  return impl_->coordinator ? impl_->coordinator->controller().monitor().throughputs() : std::vector<double>{};
+  return impl_->coordinator ? impl_->settled_coordinator().controller().monitor().throughputs() : std::vector<double>{};
 }
 
 std::vector<RankAssessment> Session::assessments() const {
   if (!impl_->coordinator) return {};
-  return impl_->coordinator->controller().assessments();
+  return impl_->settled_coordinator().controller().assessments();
 }
 
 }  // namespace antdt

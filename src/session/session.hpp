@@ -106,7 +106,11 @@ class Session {
   // every rank alike, outside a step or when local_samples is not what this rank was given.
   std::int64_t reduce(std::span<std::int64_t> sums, std::int64_t local_samples);
 
-  // Collective. Reports stats, commits this step's samples, receives the next plan.
+  // Collective. Sends this step's report to rank 0 and returns at once with what rank 0 decided
+  // about the step before (its totals, a new plan): rank 0 decides this step while every rank
+  // computes the next one (the reply lag, SessionOptions::reply_lag, docs/protocol.md). A
+  // checkpoint or stop request, a pooled step and the last step are settled: their own decision
+  // comes back in the same call. Rank 0 commits each step's samples in its decision.
   StepSummary end_step(double loss_sum = 0.0, std::int64_t correct = 0);
 
   // True once max_steps are done or every epoch of max_epochs is committed, or the Controller
@@ -133,7 +137,8 @@ class Session {
   void set_restart_cost(double seconds);
 
   // Checkpoint: rank 0 writes the library's state (ledger, controller, plan, step, seeds)
-  // under "antdt/" in `writer`; other ranks write nothing. Call after end_step.
+  // under "antdt/" in `writer`; other ranks write nothing. Call after end_step (a step still
+  // being decided is decided first, so the checkpoint holds every step that ended).
   void save(CheckpointWriter& writer) const;
   // Collective: rank 0 reads "antdt/" from `reader` (which may come from another world
   // size: the ledger returns uncommitted tails to TODO and the controller re-plans) and
@@ -160,10 +165,13 @@ class Session {
   // Rank 0 (0 elsewhere): steps of this run that did not train all of their batch (a deadline
   // pool's slowed ranks); their undone samples went to later steps, so from the first such step
   // on the run's steps differ from the ones the data order alone gives (docs/dds.md).
-  [[nodiscard]] std::int64_t altered_steps() const noexcept;
+  [[nodiscard]] std::int64_t altered_steps() const;
   [[nodiscard]] double elapsed_seconds() const noexcept;
   // Rank 0: wall time spent in the DDS coordinator (commit, coverage), all steps.
-  [[nodiscard]] double dds_seconds() const noexcept;
+  [[nodiscard]] double dds_seconds() const;
+  // Rank 0: wall time the step loop waited for rank 0's own decision of a pipelined step
+  // (made on a thread of its own while the ranks compute the next step), all steps.
+  [[nodiscard]] double decision_wait_seconds() const noexcept;
   // Every rank's micro-batch cap m_i, as gathered by the constructor (on every rank).
   [[nodiscard]] const std::vector<std::int64_t>& micro_batch_caps() const noexcept;
   // Rank 0: every rank's node name, in rank order (empty elsewhere).

@@ -24,6 +24,7 @@ void validate_session_options(const SessionOptions& o, int world, bool dataset_k
   }
   if (o.micro_batch_cap < 0) throw UsageError(name("micro-batch-cap") + " must be >= 0 (0 = no cap)");
   if (o.prefetch_steps < 1) throw UsageError(name("prefetch-steps") + " must be at least 1");
+  if (o.reply_lag < 0 || o.reply_lag > 1) throw UsageError(name("reply-lag") + " must be 0 or 1");
   if (!(o.step_timeout_seconds >= 0.0) || o.step_timeout_seconds > 1e9)
     throw UsageError(name("step-timeout") + " must be 0 (none) or positive seconds");
   if (o.max_epochs < 0 || o.max_steps < 0) throw UsageError(name("epochs") + " and " + name("steps") + " must be >= 0");
@@ -86,6 +87,8 @@ protocol::StepCoordinatorOptions coordinator_options(const SessionOptions& o, co
   c.data_seed = o.seed;
   c.emulation_seed = o.emulation.seed;
   c.controller = o.controller;
+  c.pipelined = o.reply_lag > 0;
+  c.controller.plan_lag = std::max<std::int64_t>(c.controller.plan_lag, o.reply_lag);
   c.controller.global_batch = o.global_batch;
   c.controller.caps = caps;
   c.controller.world_size = static_cast<int>(caps.size());

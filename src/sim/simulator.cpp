@@ -61,6 +61,9 @@ Job make_job(const SimConfig& c) {
   j.coordinator.max_epochs = c.max_epochs;
   j.coordinator.dataset_size = j.ledger.dataset_size;
   j.coordinator.emulation_seed = c.emulation.seed;
+  if (c.reply_lag < 0 || c.reply_lag > 1) throw UsageError("simulator: the reply lag must be 0 or 1");
+  j.coordinator.pipelined = c.reply_lag > 0;
+  j.controller.plan_lag = std::max<std::int64_t>(j.controller.plan_lag, c.reply_lag);
   j.coordinator.controller = j.controller;
   j.coordinator.pool.pooled = policy_pools(j.controller.policy);
   const int backups = c.backup_workers < 0 ? std::min(1, n - 1) : c.backup_workers;
@@ -191,6 +194,11 @@ class Ranks {
     }
   }
 
+  // Every rank ends its open step before its reply (a pipelined step: Agent::pass).
+  void pass() {
+    for (auto& a : agents_) a.pass();
+  }
+
   // Hands each rank its reply; returns the largest reply's bytes.
   std::size_t apply(const protocol::StepDecision& d) {
     std::size_t largest = 0;
@@ -288,7 +296,6 @@ void restart(std::unique_ptr<protocol::StepCoordinator>& coordinator, std::uniqu
   coordinator->set_profiling_clock(wall_now);
   ranks = std::make_unique<Ranks>(job, coordinator->plans().current(), config.network.atomic_seconds);
   ranks->resume(*coordinator, job.ledger);
-  (void)ranks->apply(coordinator->start());
 }
 
 }  // namespace
@@ -301,8 +308,6 @@ SimResult simulate(const SimConfig& config) {
       job.coordinator, job.ledger, equal_plan(job.controller.global_batch, job.controller.caps));
   auto ranks = std::make_unique<Ranks>(job, coordinator->plans().current(), config.network.atomic_seconds);
   coordinator->set_restart_seconds(config.restart_seconds);
-  (void)ranks->apply(coordinator->start());
-
   SimResult r;
   r.policy = coordinator->controller().policy_name();
   r.ranks = n;
@@ -314,37 +319,38 @@ SimResult simulate(const SimConfig& config) {
   // The ideal time of the work done: each step's samples at the sum of the ranks' speeds then.
   double ideal_seconds = 0.0, settled_ideal = 0.0;
   double error_sum = 0.0, sum_mean_t = 0.0, sum_max_t = 0.0, now = 0.0, settled_seconds = 0.0;
-  for (;;) {
-    if (coordinator->finished()) {
-      if (!coordinator->restart()) break;
-      restart(coordinator, ranks, job, config, r);
-      now += config.restart_seconds;
-      r.seconds += config.restart_seconds;
-      continue;
-    }
-    double end = 0.0, mean_t = 0.0, max_t = 0.0;
-    const auto reports = ranks->run_step(now, config.overhead_seconds, config.chunk_overhead_seconds,
-                                         r.allreduce_seconds, end, mean_t, max_t);
+  // A pipelined step's decision (reply lag 1): made on rank 0's decider while the ranks compute
+  // the next step, ready at `ready_at` (simulated time), sent in the next step's round.
+  struct Pending {
+    protocol::StepDecision decision;
+    double ready_at = 0.0;
+  };
+  std::optional<Pending> pending;
+  bool settle_next = false;
+  // (coordinator step, simulated seconds) of this step and the one before: a record arrives with
+  // its step's decision, one step late when pipelined.
+  std::pair<std::int64_t, double> this_step{-1, 0.0}, last_step{-1, 0.0};
+  // What rank 0 does with one decision: times it, and counts what its record says.
+  const auto decide = [&](std::span<const protocol::StepReport> reports, bool settled) {
     const double t_decide = wall_now(), controller_before = coordinator->controller_seconds();
     const double dds_before = coordinator->dds_seconds();
-    const protocol::StepDecision d = coordinator->decide(reports);
+    protocol::StepDecision d = coordinator->decide(reports, settled);
     const double decided = wall_now() - t_decide;
     in_controller.add(coordinator->controller_seconds() - controller_before);
     in_dds.add(coordinator->dds_seconds() - dds_before);
+    decision.add(decided);
     if (d.reply.status != protocol::ReplyStatus::ok)
       throw Error("simulator: the coordinator rejected a step: " + d.reply.error);
+    return std::pair{std::move(d), config.charge_decision_time ? decided : 0.0};
+  };
+  // What the ranks do with a decision sent to them; returns its control bytes and time.
+  const auto deliver = [&](const protocol::StepDecision& d) {
     const std::size_t reply_bytes = ranks->apply(d);
-    const double exchange =
-        config.network.gather_seconds(n, static_cast<double>(r.report_bytes)) +
-        config.network.gather_seconds(n, static_cast<double>(reply_bytes)) +
-        (d.plan ? config.network.broadcast_seconds(n, static_cast<double>(plan_bytes(*d.plan))) : 0.0);
-    const double step_seconds = end - now + exchange + (config.charge_decision_time ? decided : 0.0);
-    decision.add(decided);
-    control.add(exchange);
     r.reply_bytes_max = std::max(r.reply_bytes_max, reply_bytes + (d.plan ? plan_bytes(*d.plan) : 0));
     if (!d.plan) r.reply_bytes_typical = std::max(r.reply_bytes_typical, reply_bytes);
     if (d.record && d.record->predicted_seconds > 0.0) {
-      const double e = std::abs(d.record->predicted_seconds - step_seconds) / step_seconds;
+      const double seconds = d.record->step == this_step.first ? this_step.second : last_step.second;
+      const double e = std::abs(d.record->predicted_seconds - seconds) / seconds;
       error.add(e);
       error_sum += e;
     }
@@ -353,15 +359,76 @@ SimResult simulate(const SimConfig& config) {
       r.last_change_effective_step = d.plan->effective_step;
       if (r.plan_changes == 1) r.settled_from_step = d.plan->effective_step;
     }
-    // From the step the first plan change takes effect, the run starts over for `settled`.
-    if (r.plan_changes > 0 && d.record && d.record->step == r.settled_from_step) {
-      settled_seconds = settled_ideal = 0.0;
+    return std::pair{reply_bytes,
+                     d.plan ? config.network.broadcast_seconds(n, static_cast<double>(plan_bytes(*d.plan))) : 0.0};
+  };
+  const auto start = [&] {
+    const protocol::StepDecision d = coordinator->start();
+    settle_next = d.reply.settle_next;
+    (void)ranks->apply(d);
+  };
+  start();
+  for (;;) {
+    if (coordinator->finished()) {
+      if (!coordinator->restart()) break;
+      restart(coordinator, ranks, job, config, r);
+      start();
+      now += config.restart_seconds;
+      r.seconds += config.restart_seconds;
+      continue;
     }
-    const double ideal = static_cast<double>(d.reply.samples) / ranks->ideal_throughput(r.steps);
+    double end = 0.0, mean_t = 0.0, max_t = 0.0;
+    const auto reports = ranks->run_step(now, config.overhead_seconds, config.chunk_overhead_seconds,
+                                         r.allreduce_seconds, end, mean_t, max_t);
+    // The round: rank 0 must hold the decision of the step before; it was made meanwhile.
+    double waited = 0.0;
+    if (pending && pending->ready_at > end) {
+      waited = pending->ready_at - end;
+      ++r.decision_waits;
+      r.decision_wait_seconds += waited;
+    }
+    std::size_t reply_bytes = 0;
+    double exchange = config.network.gather_seconds(n, static_cast<double>(r.report_bytes));
+    const bool settle = std::exchange(settle_next, false) ||
+                        coordinator->settles(reports, pending ? &pending->decision.reply : nullptr);
+    last_step = this_step;
+    this_step = {reports.front().step, 0.0};
+    if (pending) {
+      const auto [bytes, plan_time] = deliver(pending->decision);
+      reply_bytes += bytes;
+      exchange += plan_time;
+      pending.reset();
+    }
+    double charged = 0.0;
+    std::int64_t samples = 0;
+    for (const auto& rep : reports) samples += rep.consumed;
+    if (settle) {
+      auto [d, decided] = decide(reports, true);
+      settle_next = d.reply.settle_next;
+      charged = decided;
+      ++r.settled_steps;
+      exchange += config.network.gather_seconds(n, static_cast<double>(reply_bytes + protocol::encoded_size(d.reply)));
+      this_step.second = end - now + waited + exchange + charged;
+      const auto [bytes, plan_time] = deliver(d);
+      reply_bytes += bytes;
+      exchange += plan_time;
+      this_step.second += plan_time;
+    } else {
+      exchange += config.network.gather_seconds(n, static_cast<double>(reply_bytes));
+      ranks->pass();
+      this_step.second = end - now + waited + exchange;
+      auto [d, decided] = decide(reports, false);
+      pending = Pending{std::move(d), end + waited + exchange + decided};
+    }
+    const double step_seconds = this_step.second;
+    control.add(exchange);
+    // From the step the first plan change takes effect, the run starts over for `settled`.
+    if (r.plan_changes > 0 && r.steps == r.settled_from_step) settled_seconds = settled_ideal = 0.0;
+    const double ideal = static_cast<double>(samples) / ranks->ideal_throughput(r.steps);
     ideal_seconds += ideal;
     settled_ideal += ideal;
     settled_seconds += step_seconds;
-    r.samples += d.reply.samples;
+    r.samples += samples;
     r.seconds += step_seconds;
     sum_mean_t += mean_t;
     sum_max_t += max_t;

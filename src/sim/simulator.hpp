@@ -69,6 +69,10 @@ struct SimConfig {
   // Add the coordinator's real decision time (measured on this machine) to each simulated step:
   // it is on the critical path between the gather and the replies. Off for reproducible times.
   bool charge_decision_time = true;
+  // As SessionOptions::reply_lag (docs/protocol.md): 1, rank 0 decides step t while the ranks
+  // compute step t + 1 (its decision time is then charged only where the ranks must wait for
+  // it); 0, every step waits for its decision.
+  int reply_lag = 1;
 };
 
 struct SimResult {
@@ -95,6 +99,11 @@ struct SimResult {
   double decision_seconds_max = 0.0;
   double controller_seconds_median = 0.0;
   double dds_seconds_median = 0.0;  // the part in the DDS coordinator (commit, coverage, identity)
+  // Pipelined steps (reply_lag 1): steps whose round had to wait for rank 0's decision of the
+  // step before (it took longer than the step), and the simulated time they waited in all.
+  std::int64_t settled_steps = 0;  // steps decided in their own round (no lag, pooled, the last)
+  std::int64_t decision_waits = 0;
+  double decision_wait_seconds = 0.0;
   // Control traffic: what one rank sends and receives per step (the largest reply, plan steps
   // included), and what rank 0 gathers; and the modelled time of the exchange per step.
   std::size_t report_bytes = 0;

@@ -92,7 +92,9 @@ void run_case(const Case& c) {
     }
   }
   if (c.policy == "test-shifting" && world_size() > 1) {
-    EXPECT_GT(changes, steps / 2) << "the split moved every step";
+    // A plan reaches the ranks a step after it is decided (the reply lag) and one waits at a
+    // time, so the split can move every other step.
+    EXPECT_GE(changes, steps / 2) << "the split moved every other step";
   }
   EXPECT_EQ(s.samples_committed(), c.epochs * c.n);
   const auto hits = gather_counts(trained, c.n);

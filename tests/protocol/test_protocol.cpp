@@ -4,8 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <numeric>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "agent/agent.hpp"
@@ -670,4 +673,151 @@ TEST(StepProtocol, ADeadlinePoolCarriesWhatASlowedRankLeftUndoneIntoTheNextStep)
   EXPECT_EQ(seen, std::vector<std::int64_t>(1000, 2)) << "every sample once per epoch all the same";
   EXPECT_GE(short_steps, 1);
   EXPECT_EQ(job.coordinator->altered_steps(), short_steps);
+}
+
+namespace {
+
+// Reply lag 1, driven as the Session drives it: each round sends rank 0's decision of the step
+// before (made meanwhile) and, when the step settles, the step's own; a step no reply ends is
+// passed. Returns the samples each step trained, and fills `settled` with the settled steps.
+struct PipelinedRun {
+  std::vector<std::int64_t> seen;                            // per sample: times trained
+  std::vector<std::int64_t> settled;                         // the steps decided in their own round
+  std::vector<std::pair<std::int64_t, std::int64_t>> plans;  // (decided at step, effective step)
+  std::vector<std::int64_t> switched_at;                     // steps where rank 0's plan in force changed
+};
+
+void make_pipelined(Job& job) {
+  job.options.pipelined = true;
+  job.options.controller.plan_lag = 1;
+  job.coordinator = std::make_unique<StepCoordinator>(
+      job.options, job.ledger, equal_plan(job.options.controller.global_batch, job.options.controller.caps));
+  job.apply(job.coordinator->start());
+}
+
+PipelinedRun run_pipelined(Job& job, std::int64_t n, const std::function<void(std::int64_t)>& before_report = {}) {
+  PipelinedRun out;
+  out.seen.assign(static_cast<std::size_t>(n), 0);
+  std::optional<StepDecision> pending;
+  bool settle_next = job.coordinator->start().reply.settle_next;
+  std::int64_t version = job.agents[0].plan().version;
+  while (!job.agents[0].finished()) {
+    std::vector<StepReport> reports;
+    const std::int64_t step = job.agents[0].step();
+    for (auto& a : job.agents) {
+      const StepWork w = a.begin();
+      for (auto i : w.samples) ++out.seen[static_cast<std::size_t>(i)];
+      EXPECT_EQ(w.plan_version, job.agents[0].plan().version) << "every rank runs step " << step << " on one plan";
+      a.mark_compute_done(0.0);
+    }
+    if (job.agents[0].plan().version != version) out.switched_at.push_back(step);
+    version = job.agents[0].plan().version;
+    if (before_report) before_report(step);
+    for (auto& a : job.agents) reports.push_back(a.report(1.0, 0));
+    const bool settle =
+        std::exchange(settle_next, false) || job.coordinator->settles(reports, pending ? &pending->reply : nullptr);
+    if (pending) {
+      EXPECT_EQ(pending->reply.step, step - 1) << "a pipelined reply comes one step late";
+      job.apply(*pending);
+      pending.reset();
+    }
+    if (settle) {
+      const StepDecision d = job.coordinator->decide(reports, true);
+      EXPECT_EQ(d.reply.status, ReplyStatus::ok) << d.reply.error;
+      if (d.plan) out.plans.emplace_back(step, d.plan->effective_step);
+      settle_next = d.reply.settle_next;
+      job.apply(d);
+      out.settled.push_back(step);
+    } else {
+      for (auto& a : job.agents) a.pass();
+      StepDecision d = job.coordinator->decide(reports, false);
+      EXPECT_EQ(d.reply.status, ReplyStatus::ok) << d.reply.error;
+      EXPECT_FALSE(d.reply.finished || d.reply.stopped || d.reply.checkpoint) << "those come settled";
+      if (d.plan) out.plans.emplace_back(step, d.plan->effective_step);
+      pending = std::move(d);
+    }
+    if (job.coordinator->finished()) {
+      EXPECT_FALSE(pending) << "the last step is settled";
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(StepProtocol, PipelinedEverySampleOncePerEpochPlansTwoStepsOnAndTheLastStepSettled) {
+  const std::int64_t n = 211;
+  Job job({1, 0.5, 1, 0.25}, n, 24, 3, "dd");
+  make_pipelined(job);
+  const PipelinedRun run = run_pipelined(job, n);
+  EXPECT_EQ(run.seen, std::vector<std::int64_t>(static_cast<std::size_t>(n), 3));
+  expect_clean_coverage(*job.coordinator);
+  ASSERT_GE(run.plans.size(), 1U) << "dd moved work off the slow ranks";
+  for (const auto& [decided, effective] : run.plans) EXPECT_EQ(effective, decided + 2) << "t + 1 + plan_lag";
+  std::vector<std::int64_t> effective;
+  for (const auto& p : run.plans) effective.push_back(p.second);
+  EXPECT_EQ(run.switched_at, effective) << "every rank switched at each plan's effective step, none earlier";
+  const std::int64_t steps = job.agents[0].step();
+  EXPECT_EQ(steps, (3 * n + 23) / 24);
+  ASSERT_EQ(run.settled.size(), 1U) << "only the last step waits for its decision";
+  EXPECT_EQ(run.settled.back(), steps - 1);
+  for (const auto& a : job.agents) EXPECT_TRUE(a.finished() && !a.stopped()) << "rank " << a.rank();
+}
+
+TEST(StepProtocol, PipelinedStopsAndCheckpointsComeAtTheStepAskedAsWithoutTheLag) {
+  const std::int64_t n = 500;
+  Job job({1, 1, 0.33}, n, 30, 0, "dd");
+  make_pipelined(job);
+  const PipelinedRun run = run_pipelined(job, n, [&](std::int64_t step) {
+    if (step == 3) job.agents[1].request_checkpoint();
+    if (step == 7) job.agents[2].request_stop();
+  });
+  EXPECT_EQ(run.settled, (std::vector<std::int64_t>{3, 7}));
+  for (const auto& a : job.agents) {
+    EXPECT_TRUE(a.finished() && a.stopped()) << "rank " << a.rank();
+    EXPECT_EQ(a.step(), 8) << "the run ends after the step the stop was asked in";
+    EXPECT_EQ(a.committed_total(), 8 * 30) << "every step that ended is committed";
+  }
+}
+
+TEST(StepProtocol, PipelinedACheckpointJustBeforeTheLastStepStillEndsEveryRankAtTheLimit) {
+  // Checkpoints settle steps 57 and 58: the reply that says step 59 is the last comes settled.
+  for (const std::int64_t asked : {57, 58}) {
+    Job job({1, 1}, 10000, 8, 0, "static");  // 60 steps (max_steps)
+    make_pipelined(job);
+    const PipelinedRun run = run_pipelined(job, 10000, [&](std::int64_t step) {
+      if (step == asked) job.agents[0].request_checkpoint();
+    });
+    EXPECT_EQ(run.settled, (std::vector<std::int64_t>{asked, 59}));
+    for (const auto& a : job.agents) EXPECT_EQ(a.step(), 60) << "rank " << a.rank() << ", checkpoint at " << asked;
+  }
+}
+
+TEST(StepProtocol, PipelinedMisuseIsRefused) {
+  Job job({1, 1}, 100, 8, 0, "static");
+  make_pipelined(job);
+  std::vector<StepReport> reports;
+  for (auto& a : job.agents) {
+    (void)a.begin();
+    reports.push_back(a.report(0.0, 0));
+  }
+  auto stop = reports;
+  stop[1].stop = true;
+  const StepDecision refused = job.coordinator->decide(stop, false);
+  EXPECT_EQ(refused.reply.status, ReplyStatus::error);
+  EXPECT_NE(refused.reply.error.find("must be settled"), std::string::npos) << refused.reply.error;
+  // A late reply must find every rank's order where rank 0's is.
+  for (auto& a : job.agents) a.pass();
+  StepDecision d = job.coordinator->decide(reports, false);
+  ASSERT_EQ(d.reply.status, ReplyStatus::ok) << d.reply.error;
+  auto wrong = d.reply;
+  wrong.next_position += 1;
+  EXPECT_THROW((void)job.agents[0].apply(wrong), Error);
+  // A rank cannot pass a second step while the reply to the first is due.
+  for (auto& a : job.agents) (void)a.begin();
+  EXPECT_THROW(job.agents[1].pass(), Error);
+  // A coordinator without plan_lag cannot pipeline: its plans would arrive after their step.
+  auto options = job.options;
+  options.controller.plan_lag = 0;
+  EXPECT_THROW(StepCoordinator(options, job.ledger, equal_plan(8, options.controller.caps)), UsageError);
 }
