@@ -28,7 +28,9 @@ struct StepWork {
 // The totals (samples, loss_sum, correct, max_compute_seconds) are those of step totals_step.
 // Rank 0 decides a step while the ranks compute the next one (the reply lag, docs/protocol.md),
 // so usually totals_step = step - 1 (-1 at the first step: no totals yet); at a settled step
-// (a checkpoint or stop request, the last step, a pooled step, or --reply-lag 0) it is step.
+// (a checkpoint or stop request, the last step, a pooled step, or --reply-lag 0) it is step,
+// and the totals of the step before it are not returned by any call (RunTotals and the records
+// count every step).
 struct StepSummary {
   std::int64_t step = 0;          // the step that ended
   std::int64_t totals_step = -1;  // the step whose totals follow (-1: none)

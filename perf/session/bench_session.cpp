@@ -54,6 +54,7 @@ struct Options {
   double wait_ms = 9.0;
   std::string fixed_split;  // policy "fixed": static with this split
   double seconds = 0.0;     // > 0: each run's timed part lasts this long (then it stops), not --steps
+  int reply_lag = SessionOptions{}.reply_lag;
 };
 
 double median(std::vector<double> v) {
@@ -110,6 +111,7 @@ RunResult run_session(const Options& o, const std::string& policy, const Emulati
   so.emulation = emu;
   so.gradient_bytes = model->gradient_count() * 4;
   so.step_timeout_seconds = o.step_timeout;
+  so.reply_lag = o.reply_lag;
   Session s(MPI_COMM_WORLD, so);
   auto reducer = make_reducer(s.comm(), host);
   std::vector<float> x;
@@ -158,7 +160,8 @@ RunResult run_session(const Options& o, const std::string& policy, const Emulati
     const StepSummary sum = s.end_step();
     if (step >= o.warmup) {
       control += MPI_Wtime() - c1;
-      measured_samples += sum.samples;
+      // Every step trains B (a summary's totals may be the step before's: the reply lag).
+      measured_samples += o.global_batch;
       if (!sum.plan_changed) bytes = std::max<unsigned long long>(bytes, s.control_bytes_received());
       // A timed run: rank 0 asks every rank to stop once the time is up (the next step is the last).
       if (o.seconds > 0 && rank == 0 && MPI_Wtime() - t0 >= o.seconds) s.request_stop();
@@ -307,6 +310,10 @@ int main(int argc, char** argv) {
          "--seconds", o.seconds,
          "Efficiency mode: each run's timed part lasts this many seconds instead of --steps steps (0: by steps)")
       ->check(CLI::Range(0.0, 1e6))
+      ->capture_default_str();
+  app.add_option("--reply-lag", o.reply_lag,
+                 "1: rank 0 decides a step while the ranks compute the next; 0: every step waits for its decision")
+      ->check(CLI::Range(0, 1))
       ->capture_default_str();
   app.add_option("--wait-ms", o.wait_ms, "Length of each wait in wait mode, milliseconds (0.001 to 10000)")
       ->check(CLI::Range(0.001, 10000.0))

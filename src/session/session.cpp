@@ -187,9 +187,14 @@ struct Session::Impl {
     double start_seconds = 0.0, wall_seconds = 0.0;  // its record's times, taken when it ended
   };
   std::optional<Pending> pending;
-  bool deciding = false;                              // the decider is making `pending`'s decision
-  bool settle_next = false;                           // the start's reply asked for the next step to be settled
-  double decision_wait_seconds = 0.0;                 // rank 0: time this thread waited for the decider
+  bool deciding = false;               // the decider is making `pending`'s decision
+  bool settle_next = false;            // the start's reply asked for the next step to be settled
+  double decision_wait_seconds = 0.0;  // rank 0: time this thread waited for the decider
+  // Rank 0: how long the last pipelined decision took; under kInlineDecideSeconds the next one
+  // is made on this thread, right after the round (written by the decider before it is joined).
+  static constexpr double kInlineDecideSeconds = 200e-6;
+  double last_decide_seconds = 0.0;
+  bool decide_after_round = false;
   std::vector<protocol::StepReport> decided_reports;  // what the decider decides from
   Background decider;                                 // last: joined first on destruction, before what it uses
 
@@ -263,6 +268,12 @@ struct Session::Impl {
     const auto got = channel.exchange(mine.bytes(), [&](const std::vector<std::span<const std::byte>>& reports) {
       return decide(report != nullptr, reports);
     });
+    if (decide_after_round) {  // rank 0: a short pipelined decision, off every rank's wait
+      decide_after_round = false;
+      const double t0 = seconds_now();
+      pending->decision = coordinator->decide(decided_reports, false);
+      last_decide_seconds = seconds_now() - t0;
+    }
     detail::ByteReader in(got.mine), shared(got.shared);
     const auto count = in.get<std::uint8_t>();
     const auto plans = got.shared.empty() ? std::uint8_t{0} : shared.get<std::uint8_t>();
@@ -334,8 +345,19 @@ struct Session::Impl {
         pending.emplace();
         pending->start_seconds = this_step.first;
         pending->wall_seconds = this_step.second;
-        deciding = true;
-        decider.start([this] { pending->decision = coordinator->decide(decided_reports, false); });
+        // A decision far shorter than any step is made on this thread once the round is over
+        // (exchange): waking a thread for it would cost more than it takes, and take a core
+        // from a rank that shares it.
+        if (last_decide_seconds < kInlineDecideSeconds) {
+          decide_after_round = true;
+        } else {
+          deciding = true;
+          decider.start([this] {
+            const double t0 = seconds_now();
+            pending->decision = coordinator->decide(decided_reports, false);
+            last_decide_seconds = seconds_now() - t0;
+          });
+        }
       }
     } else {
       out_decisions.push_back(coordinator->start());
