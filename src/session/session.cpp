@@ -188,7 +188,7 @@ struct Session::Impl {
   };
   std::optional<Pending> pending;
   bool deciding = false;               // the decider is making `pending`'s decision
-  bool settle_next = false;            // the start's reply asked for the next step to be settled
+  bool settle_next = false;            // the last reply rank 0 made within a round settles the next step
   double decision_wait_seconds = 0.0;  // rank 0: time this thread waited for the decider
   // Rank 0: how long the last pipelined decision took; under kInlineDecideSeconds the next one
   // is made on this thread, right after the round (written by the decider before it is joined).
@@ -270,9 +270,7 @@ struct Session::Impl {
     });
     if (decide_after_round) {  // rank 0: a short pipelined decision, off every rank's wait
       decide_after_round = false;
-      const double t0 = seconds_now();
-      pending->decision = coordinator->decide(decided_reports, false);
-      last_decide_seconds = seconds_now() - t0;
+      decide_pending();
     }
     detail::ByteReader in(got.mine), shared(got.shared);
     const auto count = in.get<std::uint8_t>();
@@ -296,6 +294,14 @@ struct Session::Impl {
     }
     summary.plan_changed = plan_changed;
     return summary;
+  }
+
+  // Rank 0: the pipelined decision of the step in decided_reports, timed (on this thread or the
+  // decider's).
+  void decide_pending() {
+    const double t0 = seconds_now();
+    pending->decision = coordinator->decide(decided_reports, false);
+    last_decide_seconds = seconds_now() - t0;
   }
 
   // Rank 0: waits for the decision the decider is making, if any.
@@ -352,11 +358,7 @@ struct Session::Impl {
           decide_after_round = true;
         } else {
           deciding = true;
-          decider.start([this] {
-            const double t0 = seconds_now();
-            pending->decision = coordinator->decide(decided_reports, false);
-            last_decide_seconds = seconds_now() - t0;
-          });
+          decider.start([this] { decide_pending(); });
         }
       }
     } else {
