@@ -47,7 +47,7 @@ struct RunSummary {
   double wall_seconds = 0.0;            // training loop only
   double throughput = 0.0;              // samples / wall_seconds
   std::vector<double> rank_throughput;  // x_i: window median samples per compute-second
-  // samples / RunTotals::ideal_seconds: sum_i x_i weighted over the steps, with x_i each
+  // samples / the ideal time: sum_i x_i weighted over the steps, with x_i each
   // step's own measured b_i / compute_i (the same compute as the steps' wall time holds).
   double ideal_throughput = 0.0;
   double efficiency = 0.0;  // throughput / ideal_throughput = ideal_seconds / wall_seconds <= 1

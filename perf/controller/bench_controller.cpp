@@ -18,6 +18,8 @@
 
 #include "agent/emulation.hpp"
 #include "controller/controller.hpp"
+#include "core/plan_rules.hpp"
+#include "core/step_record.hpp"
 #include "sim/simulator.hpp"
 
 namespace {

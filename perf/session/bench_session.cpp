@@ -30,6 +30,7 @@
 #include "antdt/antdt.hpp"
 #include "comm/reduce.hpp"
 #include "core/log.hpp"
+#include "core/step_record.hpp"
 #include "model/model.hpp"
 #include "runtime/device.hpp"
 #include "session/session.hpp"

@@ -7,6 +7,7 @@
 
 #include "antdt/error.hpp"
 #include "core/log.hpp"
+#include "core/plan_rules.hpp"
 
 namespace antdt::agent {
 

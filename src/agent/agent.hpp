@@ -27,6 +27,7 @@
 #include "agent/step_pool.hpp"
 #include "antdt/plan.hpp"
 #include "antdt/step.hpp"
+#include "core/plan_rules.hpp"
 #include "dds/dds.hpp"
 #include "protocol/step_messages.hpp"
 

@@ -7,6 +7,7 @@
 
 #include "antdt/error.hpp"
 #include "core/blob_fields.hpp"
+#include "core/step_record.hpp"
 #include "monitor/robust_stats.hpp"
 
 namespace antdt::detail {

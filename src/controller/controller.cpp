@@ -15,6 +15,8 @@
 #include "antdt/error.hpp"
 #include "controller/model_inputs.hpp"
 #include "core/blob_fields.hpp"
+#include "core/plan_rules.hpp"
+#include "core/step_record.hpp"
 #include "monitor/robust_stats.hpp"
 
 namespace antdt {

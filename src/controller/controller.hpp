@@ -18,6 +18,8 @@
 #include "antdt/plan.hpp"
 #include "controller/planner.hpp"
 #include "controller/pooling_status.hpp"
+#include "core/plan_rules.hpp"
+#include "core/step_record.hpp"
 #include "monitor/monitor.hpp"
 
 namespace antdt {

@@ -16,6 +16,8 @@
 #include <string>
 
 #include "antdt/error.hpp"
+#include "core/plan_rules.hpp"
+#include "core/step_record.hpp"
 #include "monitor/robust_stats.hpp"
 
 namespace antdt {

@@ -11,6 +11,7 @@
 
 #include "antdt/options.hpp"
 #include "antdt/plan.hpp"
+#include "core/step_record.hpp"
 
 namespace antdt {
 

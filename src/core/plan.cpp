@@ -4,6 +4,7 @@
 #include <string>
 
 #include "antdt/error.hpp"
+#include "core/plan_rules.hpp"
 
 namespace antdt {
 

@@ -35,6 +35,7 @@
 #include "core/error_kind.hpp"
 #include "core/log.hpp"
 #include "core/option_names.hpp"
+#include "core/step_record.hpp"
 #include "job/agree.hpp"
 #include "job/job_access.hpp"
 #include "job/paths.hpp"

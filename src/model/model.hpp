@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "comm/sample_count.hpp"
+#include "core/plan_rules.hpp"
 #include "runtime/device.hpp"
 
 namespace antdt {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "antdt/plan.hpp"
+#include "core/step_record.hpp"
 
 namespace antdt {
 

@@ -11,6 +11,8 @@
 #include "core/bytes.hpp"
 #include "core/log.hpp"
 #include "core/plan_codec.hpp"
+#include "core/plan_rules.hpp"
+#include "core/step_record.hpp"
 
 namespace antdt::protocol {
 

@@ -35,7 +35,9 @@
 #include "antdt/plan.hpp"
 #include "antdt/step.hpp"
 #include "controller/controller.hpp"
+#include "core/plan_rules.hpp"
 #include "core/saved_state.hpp"
+#include "core/step_record.hpp"
 #include "dds/dds.hpp"
 #include "protocol/step_messages.hpp"
 

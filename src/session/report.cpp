@@ -14,6 +14,7 @@
 
 #include "antdt/error.hpp"
 #include "checkpoint/fnv1a.hpp"
+#include "core/step_record.hpp"
 #include "job/paths.hpp"
 
 namespace antdt {

@@ -10,6 +10,7 @@
 #include "antdt/plan.hpp"
 #include "antdt/report.hpp"
 #include "antdt/step.hpp"
+#include "core/step_record.hpp"
 #include "session/session.hpp"
 
 namespace antdt {

@@ -11,6 +11,7 @@
 
 #include "antdt/step.hpp"
 #include "core/log_histogram.hpp"
+#include "core/step_record.hpp"
 
 namespace antdt::detail {
 

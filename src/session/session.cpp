@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstdlib>
 #include <exception>
 #include <mutex>
 #include <thread>
@@ -24,6 +25,8 @@
 #include "core/bytes.hpp"
 #include "core/log.hpp"
 #include "core/plan_codec.hpp"
+#include "core/plan_rules.hpp"
+#include "core/step_record.hpp"
 #include "protocol/step_coordinator.hpp"
 #include "runtime/launcher.hpp"
 #include "session/run_recorder.hpp"
@@ -190,9 +193,11 @@ struct Session::Impl {
   bool deciding = false;               // the decider is making `pending`'s decision
   bool settle_next = false;            // the last reply rank 0 made within a round settles the next step
   double decision_wait_seconds = 0.0;  // rank 0: time this thread waited for the decider
-  // Rank 0: how long the last pipelined decision took; under kInlineDecideSeconds the next one
-  // is made on this thread, right after the round (written by the decider before it is joined).
-  static constexpr double kInlineDecideSeconds = 200e-6;
+  // Rank 0: how long the last pipelined decision took; under inline_decide_seconds (0.2 ms) the
+  // next one is made on this thread, right after the round (written by the decider before it is
+  // joined). ANTDT_DECIDE_INLINE_US sets that limit (0: every pipelined decision on the decider):
+  // the tests use it to run the decider's path, which small jobs seldom take.
+  double inline_decide_seconds = inline_decide_limit();
   double last_decide_seconds = 0.0;
   bool decide_after_round = false;
   std::vector<protocol::StepReport> decided_reports;  // what the decider decides from
@@ -217,6 +222,16 @@ struct Session::Impl {
                      ? std::make_unique<detail::StallWatchdog>(
                            opt.step_timeout_seconds + 3 * detail::grace_seconds(opt.step_timeout_seconds), comm.rank())
                      : nullptr) {}
+
+  static double inline_decide_limit() {
+    const char* us = std::getenv("ANTDT_DECIDE_INLINE_US");
+    if (us == nullptr || *us == '\0') return 200e-6;
+    char* end = nullptr;
+    const double v = std::strtod(us, &end);
+    if (*end != '\0' || !(v >= 0.0))
+      throw UsageError(std::string("ANTDT_DECIDE_INLINE_US must be microseconds >= 0, not '") + us + "'");
+    return v * 1e-6;
+  }
 
   // A pooled job's claims go to rank 0's counter only where MPI's atomics work well: one node.
   static protocol::StepCoordinatorOptions resolved(protocol::StepCoordinatorOptions c, const Communicator& comm) {
@@ -354,11 +369,10 @@ struct Session::Impl {
         // A decision far shorter than any step is made on this thread once the round is over
         // (exchange): waking a thread for it would cost more than it takes, and take a core
         // from a rank that shares it.
-        if (last_decide_seconds < kInlineDecideSeconds) {
+        if (last_decide_seconds < inline_decide_seconds) {
           decide_after_round = true;
         } else {
-          deciding = true;
-          decider.start([this] { decide_pending(); });
+          deciding = true;  // started below, once nothing here reads the coordinator any more
         }
       }
     } else {
@@ -393,6 +407,9 @@ struct Session::Impl {
     }
     out.per_rank = w.take();
     out.shared = shared.take();
+    // The decider may change the coordinator's plans as soon as it starts: the records kept above
+    // read the plan in force, so it starts only now.
+    if (deciding) decider.start([this] { decide_pending(); });
     return out;
   }
 

@@ -37,6 +37,7 @@
 #include "antdt/options.hpp"
 #include "antdt/plan.hpp"
 #include "antdt/step.hpp"
+#include "core/step_record.hpp"
 #include "runtime/device.hpp"
 #include "transport/comm.hpp"
 

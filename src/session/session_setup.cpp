@@ -8,6 +8,7 @@
 #include "controller/controller.hpp"
 #include "controller/planner.hpp"
 #include "core/option_names.hpp"
+#include "core/plan_rules.hpp"
 
 namespace antdt::detail {
 

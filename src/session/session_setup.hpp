@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/plan_rules.hpp"
 #include "dds/dds.hpp"
 #include "protocol/step_coordinator.hpp"
 #include "session/session.hpp"

@@ -10,6 +10,7 @@
 #include "antdt/error.hpp"
 #include "core/log_histogram.hpp"
 #include "core/plan_codec.hpp"
+#include "core/plan_rules.hpp"
 #include "protocol/step_coordinator.hpp"
 
 namespace antdt::sim {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "antdt/plan.hpp"
+#include "core/step_record.hpp"
 
 namespace antdt::testing_support {
 

@@ -11,6 +11,8 @@
 #include "agent/emulation.hpp"
 #include "antdt/error.hpp"
 #include "controller/controller.hpp"
+#include "core/plan_rules.hpp"
+#include "core/step_record.hpp"
 #include "synthetic.hpp"
 
 using antdt::Controller;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "antdt/error.hpp"
+#include "core/step_record.hpp"
 #include "monitor/monitor.hpp"
 
 using antdt::Monitor;

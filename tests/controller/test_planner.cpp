@@ -9,6 +9,8 @@
 
 #include "antdt/error.hpp"
 #include "controller/planner.hpp"
+#include "core/plan_rules.hpp"
+#include "core/step_record.hpp"
 
 using antdt::CostModel;
 using antdt::CostModelParams;

@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "antdt/plan.hpp"
+#include "core/plan_rules.hpp"
+#include "core/step_record.hpp"
 #include "session/run_recorder.hpp"
 
 namespace {

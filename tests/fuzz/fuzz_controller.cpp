@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "controller/controller.hpp"
+#include "core/plan_rules.hpp"
+#include "core/step_record.hpp"
 #include "fuzz_target.hpp"
 #include "monitor/monitor.hpp"
 

@@ -7,6 +7,7 @@
 #include "agent/agent.hpp"
 #include "core/bytes.hpp"
 #include "core/plan_codec.hpp"
+#include "core/plan_rules.hpp"
 #include "dds/dds.hpp"
 #include "dds/wire.hpp"
 #include "fuzz_target.hpp"

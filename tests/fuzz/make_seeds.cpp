@@ -12,6 +12,8 @@
 #include "controller/controller.hpp"
 #include "core/bytes.hpp"
 #include "core/plan_codec.hpp"
+#include "core/plan_rules.hpp"
+#include "core/step_record.hpp"
 #include "dds/dds.hpp"
 #include "dds/wire.hpp"
 #include "monitor/monitor.hpp"

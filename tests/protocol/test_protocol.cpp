@@ -14,6 +14,7 @@
 #include "agent/agent.hpp"
 #include "antdt/error.hpp"
 #include "core/bytes.hpp"
+#include "core/plan_rules.hpp"
 #include "core/saved_state.hpp"
 #include "dds/wire.hpp"
 #include "protocol/step_coordinator.hpp"

@@ -20,6 +20,7 @@
 #include "comm/reduce.hpp"
 #include "core/bytes.hpp"
 #include "core/plan_codec.hpp"
+#include "core/plan_rules.hpp"
 #include "model/model.hpp"
 #include "runtime/device.hpp"
 #include "session/session.hpp"
