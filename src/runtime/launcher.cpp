@@ -4,7 +4,10 @@
 
 #include <charconv>
 #include <cstdlib>
+#include <exception>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "antdt/error.hpp"
 #include "transport/comm.hpp"
@@ -109,6 +112,116 @@ std::string discover_node_name(const EnvLookup& env) {
   if (const auto node = env("SLURMD_NODENAME"); node && !node->empty()) return *node;
   char host[256] = {};
   return gethostname(host, sizeof host - 1) == 0 ? std::string(host) : std::string();
+}
+
+namespace {
+
+// "1-3,07" within brackets: each number with the low bound's width (zero-padded).
+std::vector<std::string> expand_ranges(const std::string& ranges, const std::string& list) {
+  std::vector<std::string> out;
+  std::size_t a = 0;
+  while (a <= ranges.size()) {
+    std::size_t b = ranges.find(',', a);
+    if (b == std::string::npos) b = ranges.size();
+    const std::string part = ranges.substr(a, b - a);
+    const std::size_t dash = part.find('-');
+    const std::string lo = part.substr(0, dash), hi = dash == std::string::npos ? lo : part.substr(dash + 1);
+    const auto digits = [](const std::string& t) {
+      return !t.empty() && t.size() <= 9 && t.find_first_not_of("0123456789") == std::string::npos;
+    };
+    if (!digits(lo) || !digits(hi) || std::stol(hi) < std::stol(lo) || std::stol(hi) - std::stol(lo) > 100000)
+      throw UsageError("malformed Slurm host list '" + list + "'");
+    for (long v = std::stol(lo); v <= std::stol(hi); ++v) {
+      std::string n = std::to_string(v);
+      if (n.size() < lo.size()) n.insert(0, lo.size() - n.size(), '0');
+      out.push_back(std::move(n));
+    }
+    a = b + 1;
+  }
+  return out;
+}
+
+// One item of a host list ("rack[1-2]-n[1-3]"), its first bracket expanded, then the rest.
+void expand_item(const std::string& item, const std::string& list, std::vector<std::string>& out) {
+  const std::size_t open = item.find('[');
+  if (open == std::string::npos) {
+    if (item.find(']') != std::string::npos) throw UsageError("malformed Slurm host list '" + list + "'");
+    out.push_back(item);
+    return;
+  }
+  const std::size_t close = item.find(']', open);
+  if (close == std::string::npos) throw UsageError("malformed Slurm host list '" + list + "'");
+  for (const auto& n : expand_ranges(item.substr(open + 1, close - open - 1), list))
+    expand_item(item.substr(0, open) + n + item.substr(close + 1), list, out);
+}
+
+}  // namespace
+
+std::vector<std::string> expand_hostlist(const std::string& list) {
+  std::vector<std::string> out;
+  std::string item;
+  int depth = 0;
+  for (const char c : list + ",") {
+    if (c == '[') ++depth;
+    if (c == ']') --depth;
+    if (depth < 0 || depth > 1) throw UsageError("malformed Slurm host list '" + list + "'");
+    if (c == ',' && depth == 0) {
+      if (item.empty()) throw UsageError("malformed Slurm host list '" + list + "'");
+      expand_item(item, list, out);
+      item.clear();
+    } else {
+      item += c;
+    }
+  }
+  if (depth != 0) throw UsageError("malformed Slurm host list '" + list + "'");
+  return out;
+}
+
+std::vector<std::string> slurm_task_nodes(int world_rank, int world_size, const EnvLookup& env) {
+  try {
+    const auto nodelist = env("SLURM_STEP_NODELIST"), per_node = env("SLURM_STEP_TASKS_PER_NODE");
+    const auto tasks = env_int(env, "SLURM_STEP_NUM_TASKS"), procid = env_int(env, "SLURM_PROCID");
+    if (!nodelist || !per_node || !tasks || !procid || *tasks != world_size || *procid != world_rank) return {};
+    std::string distribution = env("SLURM_DISTRIBUTION").value_or("block");
+    distribution = distribution.substr(0, distribution.find_first_of(":,"));
+    if (distribution != "block" && distribution != "cyclic") return {};
+    const std::vector<std::string> nodes = expand_hostlist(*nodelist);
+    std::vector<int> counts;  // "2(x3),1": 2 2 2 1
+    std::size_t a = 0;
+    while (a < per_node->size()) {
+      std::size_t b = per_node->find(',', a);
+      if (b == std::string::npos) b = per_node->size();
+      const std::string part = per_node->substr(a, b - a);
+      const std::size_t x = part.find("(x");
+      const int count = std::stoi(part.substr(0, x));
+      const int times = x == std::string::npos ? 1 : std::stoi(part.substr(x + 2));
+      if (count < 1 || times < 1 || times > 1000000) return {};
+      counts.insert(counts.end(), static_cast<std::size_t>(times), count);
+      a = b + 1;
+    }
+    if (counts.size() != nodes.size()) return {};
+    std::vector<std::string> out;
+    out.reserve(static_cast<std::size_t>(world_size));
+    if (distribution == "block") {
+      for (std::size_t n = 0; n < nodes.size(); ++n)
+        out.insert(out.end(), static_cast<std::size_t>(counts[n]), nodes[n]);
+    } else {
+      for (bool any = true; any;) {  // one task on each node that has tasks left, in node order
+        any = false;
+        for (std::size_t n = 0; n < nodes.size(); ++n) {
+          if (counts[n] == 0) continue;
+          --counts[n];
+          out.push_back(nodes[n]);
+          any = true;
+        }
+      }
+    }
+    if (static_cast<int>(out.size()) != world_size) return {};
+    if (out[static_cast<std::size_t>(world_rank)] != discover_node_name(env)) return {};
+    return out;
+  } catch (const std::exception&) {  // a malformed variable: no layout, rather than a failed start
+    return {};
+  }
 }
 
 std::string expand_job_id(const std::string& path, const std::string& job_id) {

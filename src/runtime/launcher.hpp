@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <mpi.h>
 
@@ -41,6 +42,18 @@ using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
 
 // LaunchInfo::node_name of this process, without asking MPI.
 [[nodiscard]] std::string discover_node_name(const EnvLookup& env = process_env());
+
+// Slurm's hostlist syntax, expanded in order: "n[1-3,07-08],login" is n1 n2 n3 n07 n08 login.
+// UsageError on a malformed list.
+[[nodiscard]] std::vector<std::string> expand_hostlist(const std::string& list);
+
+// Each rank's node as Slurm laid out this srun step's tasks (SLURM_STEP_NODELIST,
+// SLURM_STEP_TASKS_PER_NODE, SLURM_DISTRIBUTION block or cyclic): what names a rank before the
+// ranks have told each other their nodes. Empty wherever the layout is not known for sure: not
+// an srun step of world_size tasks with this rank's SLURM_PROCID, another distribution, or this
+// rank's own node (discover_node_name) not where the layout puts it.
+[[nodiscard]] std::vector<std::string> slurm_task_nodes(int world_rank, int world_size,
+                                                        const EnvLookup& env = process_env());
 
 // Replaces "%j" in an output path with the job id (LaunchInfo::job_id), or "local" when there
 // is none, as Slurm's own file patterns do.

@@ -13,6 +13,7 @@
 #include "antdt/error.hpp"
 #include "core/error_kind.hpp"
 #include "core/option_names.hpp"
+#include "runtime/launcher.hpp"
 
 namespace antdt::detail {
 
@@ -143,6 +144,7 @@ Guard::Guard(MPI_Comm comm, double timeout_seconds, const std::string& node)
   if (!(timeout_ >= 0.0)) throw UsageError(option_name("step-timeout") + " must be 0 (none) or positive seconds");
   MPI_Comm_rank(comm, &rank_);
   MPI_Comm_size(comm, &size_);
+  if (rank_ == 0) nodes_ = slurm_task_nodes(rank_, size_);  // until the ranks tell rank 0 (below)
   if (timeout_ == 0.0 || size_ == 1) {
     ANTDT_CHECK_MPI(MPI_Comm_dup(comm, &words_));
     if (timeout_ > 0.0) post_receive();
@@ -170,6 +172,7 @@ Guard::Guard(MPI_Comm comm, double timeout_seconds, const std::string& node)
   ANTDT_CHECK_MPI(MPI_Igather(mine.data(), kWidth, MPI_CHAR, all.data(), kWidth, MPI_CHAR, 0, words_, &q));
   wait(std::span<MPI_Request>(&q, 1));
   if (rank_ == 0) {
+    nodes_.clear();
     for (int r = 0; r < size_; ++r) nodes_.emplace_back(all.data() + static_cast<std::size_t>(r) * kWidth);
     root_node_ = node_;
   }

@@ -167,9 +167,10 @@ def check(name, stall, named):
         assert mentioned <= allowed, "%s: a healthy rank is named: %s" % (name, line)
         blamed = set(re.findall(r"\bnode ([^)\s,]+)", line))
         assert blamed <= {nodes[r] for r in allowed}, "%s: a healthy node is named (%s): %s" % (name, nodes, line)
-    if name != "startup":  # before the Guard knows the nodes, a rank has no node yet
-        want = r"rank %d \(node %s\)" % (named, re.escape(nodes[named]))
-        assert re.search(want, lines[0]), "%s: '%s' not in: %s" % (name, want, lines[0])
+    # In every phase, start-up included: before the ranks have told rank 0 their nodes, it
+    # names them from Slurm's layout of the srun step (one task on each of the three nodes).
+    want = r"rank %d \(node %s\)" % (named, re.escape(nodes[named]))
+    assert re.search(want, lines[0]), "%s: '%s' not in: %s" % (name, want, lines[0])
     assert len(spent) == RANKS - 1, "%s: the waiting ranks ended within 1.5 s of the stall" % name
     for rank, cpu in spent.items():
         assert cpu < 0.1, "%s: rank %d used %.2f s of CPU in 1 s of waiting" % (name, rank, cpu)

@@ -1,6 +1,10 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <map>
+#include <string>
+#include <vector>
+
 #include "antdt/error.hpp"
 #include "runtime/launcher.hpp"
 
@@ -75,4 +79,47 @@ TEST(Launcher, MalformedValuesAreUsageErrors) {
                antdt::UsageError);
   EXPECT_THROW((void)discover_launch(MPI_COMM_NULL, map_env({{"PMI_RANK", "4"}, {"PMI_SIZE", "4"}})),
                antdt::UsageError);
+}
+
+TEST(Launcher, SlurmHostListsExpandInOrder) {
+  using V = std::vector<std::string>;
+  EXPECT_EQ(antdt::expand_hostlist("n1"), V({"n1"}));
+  EXPECT_EQ(antdt::expand_hostlist("n[1-3,5],login"), V({"n1", "n2", "n3", "n5", "login"}));
+  EXPECT_EQ(antdt::expand_hostlist("gpu[08-10]"), V({"gpu08", "gpu09", "gpu10"}));
+  EXPECT_EQ(antdt::expand_hostlist("r[1-2]-n[1-2]"), V({"r1-n1", "r1-n2", "r2-n1", "r2-n2"}));
+  for (const char* bad : {"n[1-", "n[3-1]", "n[a]", "n]1[", "n[[1]]", "a,,b", ""})
+    EXPECT_THROW((void)antdt::expand_hostlist(bad), antdt::UsageError) << bad;
+}
+
+TEST(Launcher, SlurmTaskLayoutNamesEachRanksNodeOnlyWhenSure) {
+  using V = std::vector<std::string>;
+  std::map<std::string, std::string> step{{"SLURM_STEP_NODELIST", "n[1-3]"},
+                                          {"SLURM_STEP_TASKS_PER_NODE", "2(x2),1"},
+                                          {"SLURM_STEP_NUM_TASKS", "5"},
+                                          {"SLURM_PROCID", "0"},
+                                          {"SLURMD_NODENAME", "n1"}};
+  EXPECT_EQ(antdt::slurm_task_nodes(0, 5, map_env(step)), V({"n1", "n1", "n2", "n2", "n3"}));  // block: the default
+  step["SLURM_DISTRIBUTION"] = "cyclic:block";
+  EXPECT_EQ(antdt::slurm_task_nodes(0, 5, map_env(step)), V({"n1", "n2", "n3", "n1", "n2"}));
+  step["SLURM_PROCID"] = "1";
+  step["SLURMD_NODENAME"] = "n2";
+  EXPECT_EQ(antdt::slurm_task_nodes(1, 5, map_env(step)), V({"n1", "n2", "n3", "n1", "n2"}));
+  // Not sure, so no layout: another distribution, another world, this rank elsewhere than the
+  // layout says, another rank's SLURM_PROCID, counts that do not match the nodes, no srun step.
+  auto unsure = [&](const std::string& key, const std::string& value, int rank = 1, int world = 5) {
+    auto env = step;
+    if (value.empty())
+      env.erase(key);
+    else
+      env[key] = value;
+    return antdt::slurm_task_nodes(rank, world, map_env(env));
+  };
+  EXPECT_TRUE(unsure("SLURM_DISTRIBUTION", "plane=2").empty());
+  EXPECT_TRUE(unsure("SLURM_DISTRIBUTION", "arbitrary").empty());
+  EXPECT_TRUE(unsure("SLURM_STEP_NUM_TASKS", "5", 1, 4).empty());
+  EXPECT_TRUE(unsure("SLURMD_NODENAME", "n3").empty());
+  EXPECT_TRUE(unsure("SLURM_PROCID", "3").empty());
+  EXPECT_TRUE(unsure("SLURM_STEP_TASKS_PER_NODE", "2,3").empty());
+  EXPECT_TRUE(unsure("SLURM_STEP_NODELIST", "n[1-").empty());
+  EXPECT_TRUE(unsure("SLURM_STEP_NODELIST", "").empty());
 }
