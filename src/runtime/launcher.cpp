@@ -177,8 +177,14 @@ std::vector<std::string> expand_hostlist(const std::string& list) {
   return out;
 }
 
-std::vector<std::string> slurm_task_nodes(int world_rank, int world_size, const EnvLookup& env) {
+std::vector<std::string> launch_task_nodes(int world_rank, int world_size, const EnvLookup& env) {
   try {
+    const auto ompi_rank = env_int(env, "OMPI_COMM_WORLD_RANK"), ompi_size = env_int(env, "OMPI_COMM_WORLD_SIZE"),
+               ompi_local = env_int(env, "OMPI_COMM_WORLD_LOCAL_SIZE");
+    if (ompi_rank && ompi_size && ompi_local && *ompi_rank == world_rank && *ompi_size == world_size &&
+        *ompi_local == world_size) {
+      return std::vector<std::string>(static_cast<std::size_t>(world_size), discover_node_name(env));
+    }
     const auto nodelist = env("SLURM_STEP_NODELIST"), per_node = env("SLURM_STEP_TASKS_PER_NODE");
     const auto tasks = env_int(env, "SLURM_STEP_NUM_TASKS"), procid = env_int(env, "SLURM_PROCID");
     if (!nodelist || !per_node || !tasks || !procid || *tasks != world_size || *procid != world_rank) return {};

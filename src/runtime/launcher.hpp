@@ -47,13 +47,15 @@ using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
 // UsageError on a malformed list.
 [[nodiscard]] std::vector<std::string> expand_hostlist(const std::string& list);
 
-// Each rank's node as Slurm laid out this srun step's tasks (SLURM_STEP_NODELIST,
-// SLURM_STEP_TASKS_PER_NODE, SLURM_DISTRIBUTION block or cyclic): what names a rank before the
-// ranks have told each other their nodes. Empty wherever the layout is not known for sure: not
-// an srun step of world_size tasks with this rank's SLURM_PROCID, another distribution, or this
-// rank's own node (discover_node_name) not where the layout puts it.
-[[nodiscard]] std::vector<std::string> slurm_task_nodes(int world_rank, int world_size,
-                                                        const EnvLookup& env = process_env());
+// Each rank's node as the launcher laid out the tasks: what names a rank before the ranks have
+// told each other their nodes. From Slurm's layout of an srun step (SLURM_STEP_NODELIST,
+// SLURM_STEP_TASKS_PER_NODE, SLURM_DISTRIBUTION block or cyclic), or, under Open MPI's mpirun,
+// this rank's node for every rank when all of them run here (OMPI_COMM_WORLD_LOCAL_SIZE equal to
+// the world). Empty wherever the layout is not known for sure: not an srun step of world_size
+// tasks with this rank's SLURM_PROCID, another distribution, this rank's own node
+// (discover_node_name) not where the layout puts it, or ranks on other nodes under mpirun.
+[[nodiscard]] std::vector<std::string> launch_task_nodes(int world_rank, int world_size,
+                                                         const EnvLookup& env = process_env());
 
 // Replaces "%j" in an output path with the job id (LaunchInfo::job_id), or "local" when there
 // is none, as Slurm's own file patterns do.

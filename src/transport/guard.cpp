@@ -144,7 +144,7 @@ Guard::Guard(MPI_Comm comm, double timeout_seconds, const std::string& node)
   if (!(timeout_ >= 0.0)) throw UsageError(option_name("step-timeout") + " must be 0 (none) or positive seconds");
   MPI_Comm_rank(comm, &rank_);
   MPI_Comm_size(comm, &size_);
-  if (rank_ == 0) nodes_ = slurm_task_nodes(rank_, size_);  // until the ranks tell rank 0 (below)
+  if (rank_ == 0) nodes_ = launch_task_nodes(rank_, size_);  // until the ranks tell rank 0 (below)
   if (timeout_ == 0.0 || size_ == 1) {
     ANTDT_CHECK_MPI(MPI_Comm_dup(comm, &words_));
     if (timeout_ > 0.0) post_receive();

@@ -104,8 +104,8 @@ class Guard {
   // How often waits slept and how long they waited, this rank (benchmarks, tests).
   [[nodiscard]] std::uint64_t naps() const noexcept { return naps_; }
   // "rank 3 (node n2)": rank 0 knows every rank's node, the others their own and rank 0's. Before
-  // the ranks have told rank 0 their nodes (start-up), it names them from Slurm's task layout of
-  // an srun step where that is known for sure (slurm_task_nodes), else by rank only.
+  // the ranks have told rank 0 their nodes (start-up), it names them from the launcher's layout
+  // where that is known for sure (launch_task_nodes), else by rank only.
   [[nodiscard]] std::string rank_name(int rank) const;
   // Rank 0: every rank's node, in rank order (empty elsewhere).
   [[nodiscard]] const std::vector<std::string>& nodes() const noexcept { return nodes_; }
@@ -125,7 +125,7 @@ class Guard {
   MPI_Comm words_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
   double timeout_ = 0.0;
-  std::vector<std::string> nodes_;  // rank 0: every rank's node (Slurm's task layout until they told it)
+  std::vector<std::string> nodes_;  // rank 0: every rank's node (the launcher's layout until they told it)
   std::string node_, root_node_;    // this rank's, and rank 0's
   Phase phase_ = Phase::startup;
   std::int64_t step_ = 0;

@@ -96,10 +96,9 @@ class Phases(unittest.TestCase):
             allowed = {named} | ({int(reporter.group(1))} if reporter and reporter.group(1) else set())
             self.assertIn(named, mentioned, "the line names the stalled rank %d: %s" % (named, line))
             self.assertLessEqual(mentioned, allowed, "a healthy rank is named: %s" % line)
-        # Under mpirun, before the ranks have told rank 0 their nodes, it has no node to name
-        # (under srun it names it from Slurm's task layout: cluster.phases).
-        if spec.split(":")[0] != "startup":
-            self.assertRegex(lines[0], r"rank %d \(node [^)]+\)" % named, lines[0])
+        # In every phase, start-up included: before the ranks have told rank 0 their nodes, it
+        # knows them from mpirun's layout (every rank on this node; cluster.phases: srun's).
+        self.assertRegex(lines[0], r"rank %d \(node [^)]+\)" % named, lines[0])
         for rank, cpu in spent.items():
             self.assertLess(cpu, 0.1, "rank %d used %.2f s of CPU in 1 s of waiting in %s" % (rank, cpu, spec))
         return lines

@@ -98,12 +98,12 @@ TEST(Launcher, SlurmTaskLayoutNamesEachRanksNodeOnlyWhenSure) {
                                           {"SLURM_STEP_NUM_TASKS", "5"},
                                           {"SLURM_PROCID", "0"},
                                           {"SLURMD_NODENAME", "n1"}};
-  EXPECT_EQ(antdt::slurm_task_nodes(0, 5, map_env(step)), V({"n1", "n1", "n2", "n2", "n3"}));  // block: the default
+  EXPECT_EQ(antdt::launch_task_nodes(0, 5, map_env(step)), V({"n1", "n1", "n2", "n2", "n3"}));  // block: the default
   step["SLURM_DISTRIBUTION"] = "cyclic:block";
-  EXPECT_EQ(antdt::slurm_task_nodes(0, 5, map_env(step)), V({"n1", "n2", "n3", "n1", "n2"}));
+  EXPECT_EQ(antdt::launch_task_nodes(0, 5, map_env(step)), V({"n1", "n2", "n3", "n1", "n2"}));
   step["SLURM_PROCID"] = "1";
   step["SLURMD_NODENAME"] = "n2";
-  EXPECT_EQ(antdt::slurm_task_nodes(1, 5, map_env(step)), V({"n1", "n2", "n3", "n1", "n2"}));
+  EXPECT_EQ(antdt::launch_task_nodes(1, 5, map_env(step)), V({"n1", "n2", "n3", "n1", "n2"}));
   // Not sure, so no layout: another distribution, another world, this rank elsewhere than the
   // layout says, another rank's SLURM_PROCID, counts that do not match the nodes, no srun step.
   auto unsure = [&](const std::string& key, const std::string& value, int rank = 1, int world = 5) {
@@ -112,7 +112,7 @@ TEST(Launcher, SlurmTaskLayoutNamesEachRanksNodeOnlyWhenSure) {
       env.erase(key);
     else
       env[key] = value;
-    return antdt::slurm_task_nodes(rank, world, map_env(env));
+    return antdt::launch_task_nodes(rank, world, map_env(env));
   };
   EXPECT_TRUE(unsure("SLURM_DISTRIBUTION", "plane=2").empty());
   EXPECT_TRUE(unsure("SLURM_DISTRIBUTION", "arbitrary").empty());
@@ -122,4 +122,16 @@ TEST(Launcher, SlurmTaskLayoutNamesEachRanksNodeOnlyWhenSure) {
   EXPECT_TRUE(unsure("SLURM_STEP_TASKS_PER_NODE", "2,3").empty());
   EXPECT_TRUE(unsure("SLURM_STEP_NODELIST", "n[1-").empty());
   EXPECT_TRUE(unsure("SLURM_STEP_NODELIST", "").empty());
+}
+
+TEST(Launcher, MpirunOnOneNodeNamesThisNodeForEveryRank) {
+  using V = std::vector<std::string>;
+  std::map<std::string, std::string> env{{"OMPI_COMM_WORLD_RANK", "0"},
+                                         {"OMPI_COMM_WORLD_SIZE", "3"},
+                                         {"OMPI_COMM_WORLD_LOCAL_SIZE", "3"},
+                                         {"SLURMD_NODENAME", "n7"}};
+  EXPECT_EQ(antdt::launch_task_nodes(0, 3, map_env(env)), V({"n7", "n7", "n7"}));
+  EXPECT_TRUE(antdt::launch_task_nodes(0, 2, map_env(env)).empty()) << "a communicator other than the world";
+  env["OMPI_COMM_WORLD_LOCAL_SIZE"] = "2";  // one rank runs on another node: which, mpirun does not say
+  EXPECT_TRUE(antdt::launch_task_nodes(0, 3, map_env(env)).empty());
 }
