@@ -175,7 +175,10 @@ class StalledRank(Faults):
         self.assertLess(took, 3 + 5 + 3, "every rank must be gone within the timeout, its grace and teardown")
         mine = [l for l in r.stderr.splitlines() if l.startswith("antdt-train: error")]
         self.assertEqual(len(mine), 1, "one line, from rank 0: %s" % mine)
-        self.assertRegex(mine[0], r"rank 2 \(node [^)]*\) has not answered in the gradient reduction of step \d+, 3 s")
+        # Nearly always in the reduction; a SIGSTOP that lands as rank 2 ends its step leaves the
+        # others in the control exchange that follows it (seen once in a CI run).
+        self.assertRegex(mine[0], r"rank 2 \(node [^)]*\) has not answered in the "
+                                  r"(gradient reduction|step's control exchange) of step \d+, 3 s")
         for rank, cpu in spent.items():
             self.assertLess(cpu, 0.3, "rank %d used %.2f s of CPU in 1 s of waiting" % (rank, cpu))
 
