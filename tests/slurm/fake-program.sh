@@ -44,14 +44,14 @@ fi
 echo "fake-program: task $task on $node, run $run of the checkpoint directory: $word"
 case $word in
   wait)
-    sleeper=
-    stop() { echo "fake-program: task $task got $1: stopping with a checkpoint (76)"; kill "$sleeper" 2>/dev/null; exit 76; }
+    stop() { echo "fake-program: task $task got $1: stopping with a checkpoint (76)"; exit 76; }
     trap 'stop SIGTERM' TERM
     trap 'stop SIGUSR1' USR1
     echo "$key $task" >> "$ckpt/fake-waiting"  # signals are caught from here on
-    sleep 300 &
-    sleeper=$!
-    wait "$sleeper"
+    # Wait in a builtin, with no child: scancel --signal signals every process of the step, and
+    # a child `sleep` killed first let `wait` return before the shell's own trap ran (exit 1).
+    exec 9<> <(:)
+    for _ in $(seq 300); do read -r -t 1 -u 9 && break; done
     exit 1  # no signal within 5 minutes
     ;;
   0 | nosummary) exit 0 ;;
