@@ -15,6 +15,7 @@
 #include "agent/counter_rng.hpp"
 #include "antdt/error.hpp"
 #include "core/option_names.hpp"
+#include "core/text.hpp"
 
 namespace antdt {
 
@@ -23,22 +24,8 @@ namespace {
 constexpr std::uint64_t kTransientStream = 0x7472616e73ULL;  // "trans"
 constexpr std::uint64_t kJitterStream = 0x6a6974746572ULL;   // "jitter"
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
-
-std::vector<std::string_view> split_commas(std::string_view text) {
-  std::vector<std::string_view> parts;
-  for (;;) {
-    const auto comma = text.find(',');
-    parts.push_back(trim(text.substr(0, comma)));
-    if (comma == std::string_view::npos) break;
-    text.remove_prefix(comma + 1);
-  }
-  return parts;
-}
+using detail::split_commas;
+using detail::trim;
 
 double parse_double(std::string_view token, std::string_view what, std::string_view whole) {
   double value = 0.0;

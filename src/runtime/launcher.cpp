@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "antdt/error.hpp"
+#include "core/text.hpp"
 #include "transport/comm.hpp"
 
 namespace antdt {
@@ -119,11 +120,8 @@ namespace {
 // "1-3,07" within brackets: each number with the low bound's width (zero-padded).
 std::vector<std::string> expand_ranges(const std::string& ranges, const std::string& list) {
   std::vector<std::string> out;
-  std::size_t a = 0;
-  while (a <= ranges.size()) {
-    std::size_t b = ranges.find(',', a);
-    if (b == std::string::npos) b = ranges.size();
-    const std::string part = ranges.substr(a, b - a);
+  for (const auto part_view : detail::split_commas(ranges)) {
+    const std::string part(part_view);
     const std::size_t dash = part.find('-');
     const std::string lo = part.substr(0, dash), hi = dash == std::string::npos ? lo : part.substr(dash + 1);
     const auto digits = [](const std::string& t) {
@@ -136,7 +134,6 @@ std::vector<std::string> expand_ranges(const std::string& ranges, const std::str
       if (n.size() < lo.size()) n.insert(0, lo.size() - n.size(), '0');
       out.push_back(std::move(n));
     }
-    a = b + 1;
   }
   return out;
 }
@@ -193,17 +190,13 @@ std::vector<std::string> launch_task_nodes(int world_rank, int world_size, const
     if (distribution != "block" && distribution != "cyclic") return {};
     const std::vector<std::string> nodes = expand_hostlist(*nodelist);
     std::vector<int> counts;  // "2(x3),1": 2 2 2 1
-    std::size_t a = 0;
-    while (a < per_node->size()) {
-      std::size_t b = per_node->find(',', a);
-      if (b == std::string::npos) b = per_node->size();
-      const std::string part = per_node->substr(a, b - a);
+    for (const auto part_view : detail::split_commas(*per_node)) {
+      const std::string part(part_view);
       const std::size_t x = part.find("(x");
       const int count = std::stoi(part.substr(0, x));
       const int times = x == std::string::npos ? 1 : std::stoi(part.substr(x + 2));
       if (count < 1 || times < 1 || times > 1000000) return {};
       counts.insert(counts.end(), static_cast<std::size_t>(times), count);
-      a = b + 1;
     }
     if (counts.size() != nodes.size()) return {};
     std::vector<std::string> out;
