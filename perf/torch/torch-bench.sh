@@ -7,7 +7,9 @@
 #     ratios to the baseline's (1.00 = no cost; the target is within 3 %). The example reads as
 #     the baseline does, consecutive rows (--no-shuffle-within-shard; SHUFFLE=1 keeps the
 #     default shuffle within shards, whose reads cost what the parts' "read" line shows). Then
-#     one run of each loop with --parts: every part of a step, median wall / thread-CPU ms per
+#     REPEATS paired runs (--loop paired: both loops in the same processes, a step of each in
+#     turn), whose ratio of median step times is free of the compute's spread from process to
+#     process, which swamps 3 % in the separate runs' ratios. Then one run of each loop with --parts: every part of a step, median wall / thread-CPU ms per
 #     step, rank by rank (CPU time is what a part computes itself, whatever else runs on the core).
 #  2. Real slowness (root, cgroup v1 cpu controller; perf/cpu-quota.sh): rank 1 in a cgroup
 #     capped at QUOTA of a core (period 2 ms, longer under 0.5), for both batches: a sweep of
@@ -91,6 +93,31 @@ for batch in $batches; do
       "$(ratio "$s" "$base_step")" "$(ratio "$t" "$base_thr")"
   done
   unset step thr
+done
+echo "   paired (antdt-bench-torch-baseline --loop paired): the two loops in the same 2 processes, an antdt"
+echo "   step and a bare step in turn, each timed; antdt's median step over the bare loop's, per run, then"
+echo "   the median over REPEATS runs (free of libtorch's process-to-process spread; 1.00 = no cost)"
+printf "%-6s %-9s %12s %12s %10s %18s\n" B policy "antdt (ms)" "bare (ms)" "ratio" "runs (min-max)"
+for batch in $batches; do
+  steps=$(steps_for "$batch")
+  declare -A ratios=() a_ms=() b_ms=()
+  for r in $(seq 1 "$repeats"); do
+    for p in static dd; do
+      j=$out/paired-$batch-$p-$r.json
+      mpirun -np 2 "${bind[@]}" "$baseline" --data "$data" --global-batch "$batch" --steps "$steps" --loop paired \
+        --policy $p "${read_order[@]}" --json "$j" >"$j.log" 2>&1 \
+        || { echo "torch-bench: a paired run failed, see $j.log" >&2; tail -5 "$j.log" >&2; exit 1; }
+      ratios[$p]+=" $(field "$j" step_ratio)"
+      a_ms[$p]+=" $(field "$j" antdt_step_seconds)"
+      b_ms[$p]+=" $(field "$j" bare_step_seconds)"
+    done
+  done
+  for p in static dd; do
+    printf "%-6s %-9s %12.3f %12.3f %10.4f %18s\n" "$batch" "$p" "$(python3 -c "print($(median ${a_ms[$p]})*1e3)")" \
+      "$(python3 -c "print($(median ${b_ms[$p]})*1e3)")" "$(median ${ratios[$p]})" \
+      "$(python3 -c 'import sys; v=[float(x) for x in sys.argv[1:]]; print("%.4f-%.4f" % (min(v), max(v)))' ${ratios[$p]})"
+  done
+  unset ratios a_ms b_ms
 done
 echo "   where the time goes (one run of each loop, static; median ms per step, wall / thread CPU):"
 for batch in $batches; do

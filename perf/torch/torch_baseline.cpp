@@ -11,6 +11,9 @@
 // with the bridge's reduce() taken apart into gather, Job::reduce and scatter so that each is
 // timed.
 //
+// --loop paired: both loops in the same processes, a step of each in turn, each step timed on
+// its own; prints the two median step times and their ratio (rank 0's).
+//
 // --parts: each rank times every part of every step, in wall seconds and in the thread's CPU
 // seconds (what the part itself computed, whatever else ran on the core), and rank 0 prints
 // each part's median per step for every rank. The parts: next_step (antdt: the end of the last
@@ -20,7 +23,7 @@
 // antdt: Job::reduce), scatter (bare: the division by B), optimizer (SGD's step).
 //
 //   mpirun -np 2 --bind-to core antdt-bench-torch-baseline --data digits.h5 --global-batch 256
-//          --steps 200 --json out.json [--loop antdt --policy static] [--parts]
+//          --steps 200 --json out.json [--loop antdt|paired --policy static] [--parts]
 //
 // Prints and writes: steps, samples, the loop's wall seconds, samples per second and the median
 // step seconds.
@@ -138,20 +141,29 @@ torch::Tensor loss_sum(Cnn& model, const torch::data::Example<>& b, torch::Tenso
   return F::cross_entropy(out, b.target, F::CrossEntropyFuncOptions().reduction(torch::kSum));
 }
 
-// The bare loop: equal fixed shares, MPI_Allreduce, the division by B.
-void bare_loop(antdt::TorchDataset& images, std::int64_t n, Cnn& model, torch::optim::SGD& opt, std::int64_t batch,
-               std::int64_t steps, Timers& time) {
-  int rank = 0, size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  antdt::TorchGradients gradients(model->parameters());  // the same flat buffer: no copy
-  float* sums = gradients.buffer().data_ptr<float>();
-  const std::int64_t share = batch / size + (rank < batch % size ? 1 : 0);
-  const std::int64_t offset = rank * (batch / size) + std::min<std::int64_t>(rank, batch % size);
-  std::vector<std::int64_t> idx(static_cast<std::size_t>(share));
-  MPI_Barrier(MPI_COMM_WORLD);
-  double last = wall_now();
-  for (std::int64_t step = 0; step < steps; ++step) {
+// One step of the bare loop on `sums` (the flat gradient buffer): the `step`-th B samples of
+// the file in order, rank r the r-th equal share, MPI_Allreduce, the division by B, SGD.
+struct BareStep {
+  antdt::TorchDataset& images;
+  std::int64_t n, batch;
+  Cnn& model;
+  torch::optim::SGD& opt;
+  antdt::TorchGradients& gradients;
+  std::int64_t share = 0, offset = 0;
+  std::vector<std::int64_t> idx;
+
+  BareStep(antdt::TorchDataset& im, std::int64_t n_, std::int64_t b, Cnn& m, torch::optim::SGD& o,
+           antdt::TorchGradients& g)
+      : images(im), n(n_), batch(b), model(m), opt(o), gradients(g) {
+    int rank = 0, size = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    share = batch / size + (rank < batch % size ? 1 : 0);
+    offset = rank * (batch / size) + std::min<std::int64_t>(rank, batch % size);
+    idx.resize(static_cast<std::size_t>(share));
+  }
+
+  void operator()(std::int64_t step, Timers& time) {
     time(indices, [&] {
       for (std::int64_t i = 0; i < share; ++i) idx[static_cast<std::size_t>(i)] = (step * batch + offset + i) % n;
     });
@@ -159,10 +171,23 @@ void bare_loop(antdt::TorchDataset& images, std::int64_t n, Cnn& model, torch::o
     auto b = time(read, [&] { return images.read(idx); });
     time(compute, [&] { loss_sum(model, b).backward(); });
     time(reduce, [&] {
-      MPI_Allreduce(MPI_IN_PLACE, sums, static_cast<int>(gradients.numel()), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      MPI_Allreduce(MPI_IN_PLACE, gradients.buffer().data_ptr<float>(), static_cast<int>(gradients.numel()), MPI_FLOAT,
+                    MPI_SUM, MPI_COMM_WORLD);
     });
     time(scatter, [&] { gradients.buffer().mul_(1.0f / static_cast<float>(batch)); });
     time(optimizer, [&] { opt.step(); });
+  }
+};
+
+// The bare loop: equal fixed shares, MPI_Allreduce, the division by B.
+void bare_loop(antdt::TorchDataset& images, std::int64_t n, Cnn& model, torch::optim::SGD& opt, std::int64_t batch,
+               std::int64_t steps, Timers& time) {
+  antdt::TorchGradients gradients(model->parameters());  // the same flat buffer: no copy
+  BareStep bare(images, n, batch, model, opt, gradients);
+  MPI_Barrier(MPI_COMM_WORLD);
+  double last = wall_now();
+  for (std::int64_t step = 0; step < steps; ++step) {
+    bare(step, time);
     const double now = wall_now();
     time.end_step(now - last);
     last = now;
@@ -205,6 +230,37 @@ void antdt_loop(antdt::JobOptions options, antdt::TorchDataset& images, Cnn& mod
   }
 }
 
+// --loop paired: the two loops in the same processes, one step of each in turn (an antdt step,
+// then a bare step of the same B on the same model and buffer), each step timed on its own.
+// The ratio of the two median step times is then free of what differs from process to process
+// (libtorch's compute varies by 20 % between two runs of one program on these machines) and of
+// the load's drift, which both loops see alike. `antdt_steps` gets the antdt steps' seconds
+// (from next_step() to the end of optimizer.step()), `bare_steps` the bare ones'.
+void paired_loop(antdt::JobOptions options, antdt::TorchDataset& images, std::int64_t n, Cnn& model,
+                 torch::optim::SGD& opt, std::vector<double>& antdt_steps, std::vector<double>& bare_steps) {
+  antdt::Job job(options);
+  antdt::TorchBridge bridge(job, *model, opt);
+  BareStep bare(images, n, options.session.global_batch, model, opt, bridge.gradients());
+  Timers off(false);
+  std::int64_t k = 0;
+  for (double t0 = wall_now(); job.next_step(); t0 = wall_now()) {
+    bridge.zero_grad();
+    for (auto idx = job.next_micro_batch(); !idx.empty(); idx = job.next_micro_batch()) {
+      auto b = images.read(idx);
+      torch::Tensor logits;
+      auto loss = loss_sum(model, b, &logits);
+      loss.backward();
+      job.add_loss(loss.item<double>(), logits.argmax(1).eq(b.target).sum().item<std::int64_t>());
+    }
+    bridge.reduce();
+    opt.step();
+    const double t1 = wall_now();
+    if (k > 0) antdt_steps.push_back(t1 - t0);  // the first next_step holds the job's start-up
+    bare(k++, off);
+    bare_steps.push_back(wall_now() - t1);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -222,8 +278,10 @@ int main(int argc, char** argv) {
   int threads = 1;
   bool parts = false;
   app.add_option("--data", data_path, "Training images (antdt-datagen --kind digits)")->required();
-  app.add_option("--loop", loop, "bare: MPI_Allreduce and fixed equal shares; antdt: the example's loop")
-      ->check(CLI::IsMember({"bare", "antdt"}))
+  app.add_option("--loop", loop,
+                 "bare: MPI_Allreduce and fixed equal shares; antdt: the example's loop; paired: a step of each "
+                 "in turn, in the same processes")
+      ->check(CLI::IsMember({"bare", "antdt", "paired"}))
       ->capture_default_str();
   app.add_flag("--parts", parts, "Time each part of each step; rank 0 prints every rank's medians");
   app.add_option("--model-seed", model_seed, "Seed of the model's initial weights (the example's --model-seed)")
@@ -248,6 +306,23 @@ int main(int argc, char** argv) {
     torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(lr).momentum(momentum));
     const std::int64_t batch = options.session.global_batch;
     Timers time(parts);
+    if (loop == "paired") {
+      std::vector<double> antdt_steps, bare_steps;
+      paired_loop(options, images, train.size(), model, optimizer, antdt_steps, bare_steps);
+      const double a = median(antdt_steps), b = median(bare_steps);
+      if (rank == 0) {
+        std::printf(
+            "torch paired: %d ranks, B %lld, %zu steps of each, median step antdt %.3f ms, bare %.3f ms, "
+            "antdt / bare %.4f\n",
+            size, static_cast<long long>(batch), bare_steps.size(), a * 1e3, b * 1e3, a / b);
+        if (!json_path.empty()) {
+          std::ofstream(json_path) << "{\"ranks\": " << size << ", \"global_batch\": " << batch
+                                   << ", \"steps\": " << bare_steps.size() << ", \"antdt_step_seconds\": " << a
+                                   << ", \"bare_step_seconds\": " << b << ", \"step_ratio\": " << a / b << "}\n";
+        }
+      }
+      return 0;
+    }
     const double start = wall_now();
     if (loop == "bare") {
       bare_loop(images, train.size(), model, optimizer, batch, options.session.max_steps, time);
