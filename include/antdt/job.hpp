@@ -168,6 +168,18 @@ class Job {
   // reduced sums are bit-identical however the step was split and on any number of ranks.
   // Sums over ranks in place and returns B; the caller divides.
   std::int64_t reduce(std::span<std::int64_t> fixed_point_sums);
+  // The same for sums in CUDA device memory (`count` floats on CUDA device `device`, the same
+  // count on every rank), reduced as the built-in model's on a GPU: NCCL where every rank has
+  // a GPU of its own, else MPI through a host copy. In place, after the work queued on the
+  // device's blocking streams (libtorch's default stream is one); the sample count rides in the
+  // same collective, exact at any split. Returns B; the caller divides (on its device) and
+  // passes check_finite() the test of the result. The first call is collective over the job's
+  // ranks and picks the reducer (the summary's "reducer"). UsageError in a build without CUDA.
+  std::int64_t reduce_device(float* device_sums, std::int64_t count, int device);
+  // Collective, for a reduction the program finishes itself (reduce_device): `finite` is the
+  // test of the reduced gradient, the same on every rank. False stops the run as reduce() does
+  // on a NaN or Inf: NonFiniteError on every rank, before the update and any checkpoint of it.
+  void check_finite(bool finite);
   // Collective over the job's ranks, at the same point on every rank: `root`'s bytes into
   // every rank's buffer (the same size on every rank), its wait guarded as every wait of the
   // job is (a stalled rank is a StallError, not a hang). For a program's own start-up values:

@@ -37,6 +37,7 @@
 #include "core/option_names.hpp"
 #include "core/step_record.hpp"
 #include "job/agree.hpp"
+#include "job/device_reduction.hpp"
 #include "job/job_access.hpp"
 #include "job/paths.hpp"
 #include "job/restart_records.hpp"
@@ -174,6 +175,7 @@ struct Job::Impl {
   std::optional<RunIdentity> identity;  // rank 0: what to record once the resume is checked
   std::unique_ptr<detail::StopSignals> signals;
   std::unique_ptr<Session> session;
+  std::unique_ptr<detail::DeviceReduction> device_reduction;  // reduce_device's, from its first call
   std::vector<State> states;
   std::vector<detail::CheckpointPart> parts;
   std::function<void(std::int64_t)> probe;
@@ -599,6 +601,7 @@ struct Job::Impl {
     sum.job_id = launch.job_id;
     sum.wall_seconds = wall;
     summarize_session(*session, sum);
+    if (device_reduction) sum.reducer = std::string(device_reduction->reducer());
     sum.segment = segment;
     sum.segment_first_step = step_at_start;
     if (sum.stopped && detail::stop_signal() != 0) sum.stopped_by = detail::signal_name(detail::stop_signal());
@@ -724,16 +727,35 @@ std::int64_t Job::reduce(std::span<float> gradient_sums) {
   if (!s.in_step) throw UsageError("Job::reduce outside a step: call it after next_step() returned true");
   const std::int64_t total = s.session->reduce(gradient_sums, s.step_samples());
   // The reduced buffer is the same on every rank: so is this decision.
-  const bool finite = std::all_of(gradient_sums.begin(), gradient_sums.end(), [](float v) { return std::isfinite(v); });
-  if (!finite) {
-    detail::throw_shared_error(detail::ErrorKind::non_finite,
-                               "step " + std::to_string(s.work.step) +
-                                   ": the reduced gradient is not finite (NaN or Inf); stopped before this step "
-                                   "changed or checkpointed anything, so the newest checkpoint holds the last good "
-                                   "state; lower the learning rate, or check the data",
-                               !s.root());
-  }
+  check_finite(std::all_of(gradient_sums.begin(), gradient_sums.end(), [](float v) { return std::isfinite(v); }));
   return total;
+}
+
+std::int64_t Job::reduce_device(float* device_sums, std::int64_t count, int device) {
+  auto& s = *impl_;
+  if (!s.in_step) throw UsageError("Job::reduce_device outside a step: call it after next_step() returned true");
+  if (count < 0 || (count > 0 && device_sums == nullptr)) {
+    throw UsageError("Job::reduce_device: " + std::to_string(count) + " floats at " +
+                     (device_sums ? "a device address" : std::string("a null address")));
+  }
+  if (!s.device_reduction) s.device_reduction = detail::make_device_reduction(s.session->comm(), device);
+  if (device != s.device_reduction->device()) {
+    throw UsageError("Job::reduce_device: gradients on CUDA device " + std::to_string(device) +
+                     ", where the job's earlier steps reduced on device " +
+                     std::to_string(s.device_reduction->device()) + ": keep the model on one device");
+  }
+  return s.device_reduction->reduce(*s.session, device_sums, count, s.step_samples());
+}
+
+void Job::check_finite(bool finite) {
+  const auto& s = *impl_;
+  if (finite) return;
+  detail::throw_shared_error(detail::ErrorKind::non_finite,
+                             "step " + std::to_string(s.work.step) +
+                                 ": the reduced gradient is not finite (NaN or Inf); stopped before this step "
+                                 "changed or checkpointed anything, so the newest checkpoint holds the last good "
+                                 "state; lower the learning rate, or check the data",
+                             !s.root());
 }
 
 void Job::broadcast(std::span<std::byte> bytes, int root) {

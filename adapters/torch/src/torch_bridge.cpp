@@ -613,21 +613,6 @@ std::string first_difference(const std::string& saved, const std::string& here) 
 
 }  // namespace
 
-// CUDA gradients: through Job::reduce_device (NCCL), where the job has that entry; through host
-// memory and Job::reduce (MPI) otherwise, which is exact too, only slower. (A template, so that
-// the check compiles against a Job with or without the entry.)
-template <class AnyJob>
-std::int64_t reduce_on_device(AnyJob& job, const ::torch::Tensor& sums) {
-  if constexpr (requires(float* p, std::int64_t n) { job.reduce_device(p, n); }) {
-    return job.reduce_device(sums.data_ptr<float>(), sums.numel());
-  } else {
-    ::torch::Tensor host = sums.to(::torch::kCPU);
-    const std::int64_t samples = job.reduce(std::span<float>(host.data_ptr<float>(), host.numel()));
-    sums.copy_(host);
-    return samples;
-  }
-}
-
 struct TorchBridge::Impl {
   Impl(Job& j, ::torch::nn::Module& m, optim::Optimizer& o) : job(j), model(m), optimizer(o), grads(trainable(m)) {}
   Job& job;
@@ -679,9 +664,14 @@ std::int64_t TorchBridge::reduce() {
   auto* sums = m.grads.buffer().data_ptr<float>();
   std::int64_t samples = 0;
   if (m.grads.on_cuda()) {
-    // Backward ran on libtorch's stream; antdt's reduction runs on its own.
-    ::torch::cuda::synchronize(m.grads.buffer().device().index());
-    samples = reduce_on_device(m.job, m.grads.buffer());
+    // Job::reduce_device: NCCL (or MPI through host memory where ranks share a GPU). Backward
+    // ran on libtorch's stream, which may be one that does not wait for others: synchronise.
+    // The division and the check run on the GPU.
+    const ::torch::Tensor& buffer = m.grads.buffer();
+    ::torch::cuda::synchronize(buffer.device().index());
+    samples = m.job.reduce_device(sums, m.grads.numel(), buffer.device().index());
+    buffer.mul_(samples > 0 ? 1.0 / static_cast<double>(samples) : 0.0);
+    m.job.check_finite(::torch::isfinite(buffer).all().item<bool>());
   } else {
     samples = m.job.reduce(std::span<float>(sums, static_cast<std::size_t>(m.grads.numel())));
   }
