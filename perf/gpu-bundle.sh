@@ -41,7 +41,7 @@ mkdir -p "$BUILD"
 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER="$NVCC" \
   -DANTDT_CUDA_ARCHITECTURES="$ARCH" -DANTDT_BUILD_PERF=OFF > "$BUILD/gpu-bundle.log" 2>&1 \
   || { echo "gpu-bundle: cmake failed, see $BUILD/gpu-bundle.log" >&2; exit 1; }
-ninja -C "$BUILD" test_compute_model test_compute_reduce antdt-train antdt-datagen >> "$BUILD/gpu-bundle.log" 2>&1 \
+ninja -C "$BUILD" test_compute_model test_compute_reduce test_job_device_reduce antdt-train antdt-datagen >> "$BUILD/gpu-bundle.log" 2>&1 \
   || { echo "gpu-bundle: build failed, see $BUILD/gpu-bundle.log" >&2; exit 1; }
 pathof() { ompi_info --path "$1" --parsable | cut -d: -f3; }
 PKGLIB=$(pathof pkglibdir)
@@ -50,7 +50,7 @@ SYSCONF=$(pathof sysconfdir)
 PMIX_PLUGINS=$(dirname "$(readlink -f "$(ldconfig -p | awk '/libpmix.so.2 / {print $NF; exit}')")")/pmix
 STAGE=$(mktemp -d)/antdt-gpu
 mkdir -p "$STAGE"/{bin,lib,openmpi3,pmix,share,etc}
-cp "$BUILD"/tests/compute/test_compute_model "$BUILD"/tests/compute/test_compute_reduce \
+cp "$BUILD"/tests/compute/test_compute_model "$BUILD"/tests/compute/test_compute_reduce "$BUILD"/tests/compute/test_job_device_reduce \
    "$BUILD"/apps/antdt-train "$BUILD"/apps/antdt-datagen "$STAGE/bin/"
 cp -L "$(command -v orterun)" "$STAGE/bin/mpirun"
 cp -L "$(command -v orted)" "$STAGE/bin/"

@@ -11,7 +11,7 @@
 #     nvcc for this GPU's architecture, without the host backend (agreement is then skipped).
 #     Then compute-sanitizer (memcheck, racecheck, synccheck) runs its short self-checks.
 #  3. Plan B: the compute tests (every CUDA test body, host/CUDA agreement, NCCL at one rank,
-#     staged MPI at two ranks), from the carried bundle .gpu-bundle/antdt-gpu-mpi.tar.xz
+#     staged MPI at two ranks; Job::reduce_device the same two ways), from the carried bundle .gpu-bundle/antdt-gpu-mpi.tar.xz
 #     (perf/gpu-bundle.sh: binaries plus MPI, HDF5 and BLAS, for images that lack them), else
 #     built here with CMake when MPI, HDF5, GoogleTest and CLI11 are installed.
 #  4. Plan C (plan B's binaries): antdt-train on the GPU, 2 ranks sharing it, one emulated at
@@ -203,6 +203,13 @@ if [ -n "$BIN" ]; then
   # ("duplicate GPU") and the device buffers are staged through MPI.
   ANTDT_TEST_EXPECT_CUDA_REDUCER=nccl OMPI_MCA_ess_singleton_isolated=1 gtest_run reduce-nccl-np1 "$BIN/test_compute_reduce"
   ANTDT_TEST_EXPECT_CUDA_REDUCER=mpi gtest_run reduce-staged-np2 mpirun -np 2 "$BIN/test_compute_reduce"
+  # Job::reduce_device (the libtorch bridge's path for CUDA tensors), the same two ways.
+  if [ -x "$BIN/test_job_device_reduce" ]; then
+    ANTDT_TEST_EXPECT_CUDA_REDUCER=nccl OMPI_MCA_ess_singleton_isolated=1 gtest_run job-reduce-nccl-np1 "$BIN/test_job_device_reduce"
+    ANTDT_TEST_EXPECT_CUDA_REDUCER=mpi gtest_run job-reduce-staged-np2 mpirun -np 2 "$BIN/test_job_device_reduce"
+  else
+    echo "  job-reduce: SKIPPED: no test_job_device_reduce among plan B's binaries (an older bundle)"
+  fi
 fi
 
 # Plans C and D run antdt-train: each says why it is skipped (SKIP_PLAN_<X>, no plan B

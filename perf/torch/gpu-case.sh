@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # perf/torch/gpu-case.sh: the libtorch case of a GPU check (docs/torch.md, "CUDA"). antdt::torch
-# with CUDA tensors: the bridge copies the gradient buffer to host memory, reduces it with
-# Job::reduce (MPI) and copies the mean back (antdt::Job has no device reduction entry yet).
+# with CUDA tensors: the bridge reduces the gradient buffer in GPU memory with Job::reduce_device
+# (NCCL at one rank; perf/gpu-check.sh's plan B tests that entry on its own).
 # Debian's libtorch is CPU-only, so this runs only on a machine with a CUDA build of libtorch
 # (the PyTorch of a GPU machine carries one: python3 -c 'import torch; print(torch.utils.cmake_prefix_path)').
 # Run it alone, from the repository root (perf/gpu-check.sh does not call it). It has not run yet:

@@ -74,17 +74,19 @@ class GpuCheckOnEmulatedDevice(unittest.TestCase):
         os.chmod(path, 0o755)
 
     def bin_dir(self, real_cuda=False):
-        """Plan B's four binaries under their usual names: the emulated builds, or the real-CUDA
+        """Plan B's five binaries under their usual names: the emulated builds, or the real-CUDA
         ones (which skip their CUDA tests here, having no GPU)."""
         d = os.path.join(self.dir, "bin")
         os.makedirs(d, exist_ok=True)
         if real_cuda:
             sources = {"test_compute_model": os.path.join(BUILD, "tests", "compute", "test_compute_model"),
                        "test_compute_reduce": os.path.join(BUILD, "tests", "compute", "test_compute_reduce"),
+                       "test_job_device_reduce": os.path.join(BUILD, "tests", "compute", "test_job_device_reduce"),
                        "antdt-train": os.path.join(BUILD, "apps", "antdt-train")}
         else:
             sources = {"test_compute_model": os.path.join(EMULATED, "test_compute_model_emulated"),
                        "test_compute_reduce": os.path.join(EMULATED, "test_compute_reduce_emulated"),
+                       "test_job_device_reduce": os.path.join(EMULATED, "test_job_device_reduce_emulated"),
                        "antdt-train": os.path.join(EMULATED, "antdt-train-emulated-cuda")}
         sources["antdt-datagen"] = os.path.join(BUILD, "apps", "antdt-datagen")
         for name, path in sources.items():
@@ -124,6 +126,8 @@ class GpuCheckOnEmulatedDevice(unittest.TestCase):
         self.assertRegex(log, r"model: passed \([0-9]+ tests from")
         self.assertRegex(log, r"reduce-nccl-np1: passed")
         self.assertRegex(log, r"reduce-staged-np2: passed")
+        self.assertRegex(log, r"job-reduce-nccl-np1: passed \([0-9]+ tests from")
+        self.assertRegex(log, r"job-reduce-staged-np2: passed")
         # Plan C: both policies ran twice at each batch on the emulated device through the
         # staged reducer, and the medians are reported per batch without a lost sample.
         for batch in ("256", "512"):
@@ -161,6 +165,7 @@ class GpuCheckOnEmulatedDevice(unittest.TestCase):
         self.assertNotEqual(rc, 0, log)
         self.assertIn("model: FAILED: tests were skipped on a GPU machine", log)
         self.assertIn("reduce-nccl-np1: FAILED: tests were skipped on a GPU machine", log)
+        self.assertIn("job-reduce-nccl-np1: FAILED: tests were skipped on a GPU machine", log)
 
 
 if __name__ == "__main__":

@@ -1,12 +1,14 @@
-// Job::reduce_device on the emulated CUDA device (emulated_cuda.hpp): a program's gradient sums
-// in device memory, reduced by NCCL (each rank its own emulated GPU) or by MPI through host
-// memory (every rank on "GPU 0"), exactly, with the step's sample count, under static with an
-// uneven fixed split, dd under emulated uneven speeds and nd's chunks. The per-sample values are
-// small whole numbers, so a float sum of them is exact in any order and the test asks for
-// equality with the sums over the step's global batch, which it gathers itself.
+// Job::reduce_device: a program's gradient sums in device memory, reduced by NCCL (each rank a
+// GPU of its own) or by MPI through host memory (ranks sharing one GPU), exactly, with the step's sample count, under
+// static with an uneven fixed split, dd under emulated uneven speeds and nd's chunks. The per-sample values are small
+// whole numbers, so a float sum of them is exact in any order and the test asks for equality with the sums over the
+// step's global batch, which it gathers itself. It runs on the emulated CUDA device (cuda_emulation/, every CUDA build)
+// and on a GPU (compute.gpu_job_reduce_device, perf/gpu-check.sh); without a device it skips.
+// ANTDT_TEST_EXPECT_CUDA_REDUCER names the reducer the run must pick.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 #include <mpi.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstdlib>
@@ -92,10 +94,14 @@ std::string read_file(const std::string& path) {
 class DeviceReduce : public testing::TestWithParam<const char*> {};
 
 TEST_P(DeviceReduce, SumsTheGlobalBatchWithItsCount) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible";
   const std::string policy = GetParam();
   const DeviceInfo device = select_device(world_rank(), DevicePreference::cuda);
   ASSERT_EQ(device.backend, Backend::cuda);
-  const std::string summary = testing::TempDir() + "device-reduce-" + policy + ".json";
+  // Rank 0's process id in the name: the ctest variants may run at once.
+  long id = static_cast<long>(getpid());
+  MPI_Bcast(&id, 1, MPI_LONG, 0, MPI_COMM_WORLD);
+  const std::string summary = testing::TempDir() + "device-reduce-" + std::to_string(id) + "-" + policy + ".json";
   float* sums = nullptr;
   ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&sums), kCount * sizeof(float)), cudaSuccess);
   std::int64_t steps = 0, uneven = 0;
@@ -147,6 +153,7 @@ INSTANTIATE_TEST_SUITE_P(Policies, DeviceReduce, testing::Values("static", "dd",
 
 // Misuse is a UsageError on every rank; a non-finite result stops the run as reduce() does.
 TEST(DeviceReduceErrors, AnotherDeviceANegativeCountAndANonFiniteResult) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible";
   const DeviceInfo device = select_device(world_rank(), DevicePreference::cuda);
   float* sums = nullptr;
   ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&sums), kCount * sizeof(float)), cudaSuccess);
