@@ -8,8 +8,9 @@ modes that share everything but the distribution of the work:
                 epoch's shuffled order), the mean loss over its samples: what a PyTorch user runs;
   --mode antdt  antdt.Job and antdt.torch.Bridge (policy, emulation: every antdt option), each
                 rank the samples antdt gives it, the loss summed;
-  --mode speed  no distribution: this process alone computes steps of B/P samples, to measure
-                the core's own speed (samples/s), as the limit of what balancing can gain.
+  --mode speed  no distribution: this process alone computes steps of B/P samples (--share),
+                to measure the core's own speed (samples/s and ms a step), as the limit of
+                what balancing can gain.
 
 The images are read once into memory by every mode, so the data path is the same tensor
 indexing in each. Timing: the training loop after WARMUP steps, wall clock, on rank 0 (the
@@ -97,6 +98,7 @@ def main():
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--seconds", type=float, default=5.0, help="speed mode: how long to measure")
+    parser.add_argument("--share", type=int, default=0, help="speed mode: samples a step (default B/P)")
     parser.add_argument("--parts", action="store_true", help="time each part of each step (PARTS lines)")
     args, antdt_args = parser.parse_known_args()
     torch.set_num_threads(1)
@@ -107,7 +109,7 @@ def main():
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
 
     if args.mode == "speed":
-        share = args.batch // size
+        share = args.share or args.batch // size
         g = torch.Generator().manual_seed(rank)
         done, t0 = 0, time.perf_counter()
         while time.perf_counter() - t0 < args.seconds:
@@ -116,7 +118,9 @@ def main():
             F.cross_entropy(model(images[idx]), labels[idx], reduction="sum").backward()
             optimizer.step()
             done += share
-        print(f"RESULT mode=speed rank={rank} samples_per_s={done / (time.perf_counter() - t0):.1f}", flush=True)
+        elapsed = time.perf_counter() - t0
+        print(f"RESULT mode=speed rank={rank} samples_per_s={done / elapsed:.1f} step_ms={1e3 * elapsed * share / done:.4f}",
+              flush=True)
         return 0
 
     timed = 0

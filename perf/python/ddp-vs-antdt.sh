@@ -9,11 +9,13 @@
 #     ms per step, rank by rank (cnn_bench.py's docstring names the parts).
 #  2. Real slowness (root, cgroup v1 cpu controller; perf/cpu-quota.sh): rank 1 in a cgroup capped
 #     at QUOTA of a core (period 2 ms, or longer for a quota under 1 ms). Each rank's own speed is
-#     measured alone on its core under the same cap (cnn_bench --mode speed, both at once), x0 and
-#     x1; then REPEATS
-#     interleaved runs of DDP, antdt static and antdt dd. The gain dd / DDP is printed beside the
-#     limit the speeds allow, (x0 + x1) / (2 min(x0, x1)): DDP's step waits for the slow rank's
-#     B/2 samples, a perfect balance for B / (x0 + x1).
+#     measured alone on its core under the same cap (cnn_bench --mode speed, both at once) at B/2
+#     and B/8 samples a step, and fitted as a fixed part a step plus a part per sample; a sweep
+#     of short static runs (--fixed-split, rank 1 at 5 % to 50 % of B) finds the best fixed split;
+#     then REPEATS interleaved runs of DDP, antdt static, antdt dd and that split. The gain
+#     dd / DDP is printed beside the limit those speeds allow: DDP's step waits for the slow
+#     rank's B/2 samples, a perfect balance gives each rank the share that ends with the others,
+#     fixed parts included; and beside (x0 + x1) / (2 min(x0, x1)), the limit without them.
 # Knobs: REPEATS (5), STEPS (150), BATCH (256), QUOTA (0.5), SAMPLES (20000), SKIP_EQUAL=1,
 # SKIP_QUOTA=1, PYTHON (the module's interpreter: ANTDT_PYTHON, default /usr/bin/python3),
 # OUT (a folder).
@@ -104,21 +106,71 @@ if ! cpu_quota_make antdt-ddp-bench "$quota"; then
 fi
 SLOW_CG=$CPU_QUOTA_CG
 echo "== 2. real slowness: rank 1 capped at $quota of a core by a cgroup CPU quota (period $CPU_QUOTA_PERIOD us)"
-x0s="" x1s=""
+# Each rank's own speed, alone on its core under the same cap (both at once), at two shares a
+# step: B/2 (DDP's) and B/8. A step costs a fixed part (the optimizer's update, the Python around
+# it) plus a part per sample, and on the capped rank both are slowed, so the per-sample speed at
+# B/2 alone overstates what a small share runs at: the fit t_i(n) = a_i + n / x_i gives the limit
+# with fixed costs, B / T* where sum_i (T* - a_i) x_i = B, against DDP's max_i t_i(B/2).
+x0s="" x1s="" t0s="" t1s="" s0s="" s1s=""
+small=$((batch / 8))
 for r in $(seq 1 "$repeats"); do
   run "$out/slow-speed-$r.log" speed
+  run "$out/slow-speed-small-$r.log" speed --share "$small"
   x0s+=" $(field "$out/slow-speed-$r.log" samples_per_s 0)"
   x1s+=" $(field "$out/slow-speed-$r.log" samples_per_s 1)"
-  repeat slow "$r"
+  t0s+=" $(field "$out/slow-speed-$r.log" step_ms 0)"
+  t1s+=" $(field "$out/slow-speed-$r.log" step_ms 1)"
+  s0s+=" $(field "$out/slow-speed-small-$r.log" step_ms 0)"
+  s1s+=" $(field "$out/slow-speed-small-$r.log" step_ms 1)"
 done
 x0=$(median $x0s)
 x1=$(median $x1s)
 limit=$("$py" -c "print('%.3f' % (($x0 + $x1) / (2 * min($x0, $x1))))")
-echo "   each rank alone on its core (samples/s, medians): rank 0 $x0, rank 1 (capped) $x1 -> relative speed $(ratio "$x1" "$x0")"
-printf "%-14s %12s %12s %12s   %s\n" program "samples/s" "/ DDP" "limit" "per repeat"
-printf "%-14s %12.1f %12s %12s   %s\n" DDP "$(median ${thr[ddp]})" 1 - "${thr[ddp]}"
-printf "%-14s %12.1f %12s %12s   %s\n" "antdt static" "$(median ${thr[static]})" "$(median ${over[static]})" 1 "${over[static]}"
-printf "%-14s %12.1f %12s %12s   %s\n" "antdt dd" "$(median ${thr[dd]})" "$(median ${over[dd]})" "$limit" "${over[dd]}"
+read -r limit_fixed model_split fit_text < <("$py" - "$batch" "$small" "$(median $t0s)" "$(median $t1s)" \
+  "$(median $s0s)" "$(median $s1s)" <<'PY'
+import sys
+B, n_small = int(sys.argv[1]), int(sys.argv[2])
+t_big, t_small = [float(v) for v in sys.argv[3:5]], [float(v) for v in sys.argv[5:7]]
+n_big = B / 2
+fits = []
+for tb, ts in zip(t_big, t_small):
+    c = max((tb - ts) / (n_big - n_small), 1e-9)  # ms per sample
+    fits.append((max(ts - n_small * c, 0.0), c))    # fixed ms a step, ms per sample
+lo, hi = 0.0, max(a + B * c for a, c in fits)
+for _ in range(100):                               # T*: sum_i (T - a_i) / c_i = B
+    mid = (lo + hi) / 2
+    lo, hi = (mid, hi) if sum(max(0.0, (mid - a) / c) for a, c in fits) < B else (lo, mid)
+ddp = max(a + n_big * c for a, c in fits)
+split = [round(max(0.0, (hi - a) / c)) for a, c in fits]
+text = "; ".join("rank %d %.2f ms + %.4f ms a sample" % (i, a, c) for i, (a, c) in enumerate(fits))
+print("%.3f" % (ddp / hi), ",".join(map(str, split)), text.replace(" ", "_"))
+PY
+)
+echo "   each rank alone on its core (samples/s at B/2 a step, medians): rank 0 $x0, rank 1 (capped) $x1 -> relative speed $(ratio "$x1" "$x0")"
+echo "   a step alone, fitted from B/2 and B/8 samples: ${fit_text//_/ }; the best split by that fit $model_split"
+# The best fixed split, found offline: short static runs with rank 1 given 5 % to 50 % of B.
+best=0 fixed="$((batch / 2)),$((batch / 2))"
+for pct in 5 8 11 14 17 20 25 30 40 50; do
+  b1=$((batch * pct / 100))
+  b1=$((b1 < 1 ? 1 : b1))
+  run "$out/slow-sweep-$b1.log" antdt --policy static --fixed-split "$((batch - b1)),$b1"
+  t=$(field "$out/slow-sweep-$b1.log" samples_per_s)
+  if "$py" -c "import sys; sys.exit(0 if $t > $best else 1)"; then best=$t fixed="$((batch - b1)),$b1"; fi
+done
+for r in $(seq 1 "$repeats"); do
+  repeat slow "$r"
+  run "$out/slow-fixed-$r.log" antdt --policy static --fixed-split "$fixed"
+  thr[fixed]+=" $(field "$out/slow-fixed-$r.log" samples_per_s)"
+  over[fixed]+=" $(ratio "$(field "$out/slow-fixed-$r.log" samples_per_s)" "$(field "$out/slow-ddp-$r.log" samples_per_s)")"
+  over[ddfixed]+=" $(ratio "$(field "$out/slow-dd-$r.log" samples_per_s)" "$(field "$out/slow-fixed-$r.log" samples_per_s)")"
+done
+printf "%-22s %12s %8s %12s   %s\n" program "samples/s" "/ DDP" "limit" "per repeat (/ DDP)"
+printf "%-22s %12.1f %8s %12s   %s\n" DDP "$(median ${thr[ddp]})" 1 - "${thr[ddp]}"
+printf "%-22s %12.1f %8s %12s   %s\n" "antdt static" "$(median ${thr[static]})" "$(median ${over[static]})" 1 "${over[static]}"
+printf "%-22s %12.1f %8s %12s   %s\n" "antdt best fixed split" "$(median ${thr[fixed]})" "$(median ${over[fixed]})" "($fixed)" "${over[fixed]}"
+printf "%-22s %12.1f %8s %12s   %s\n" "antdt dd" "$(median ${thr[dd]})" "$(median ${over[dd]})" "$limit_fixed" "${over[dd]}"
+echo "   limit: $limit_fixed with each rank's fixed cost a step (the fit above), $limit from the speeds at B/2 alone;"
+echo "   dd / best fixed split, per repeat: ${over[ddfixed]} (median $(median ${over[ddfixed]}))"
 echo "   dd's final split (last repeat): $(field "$out/slow-dd-$repeats.log" split); load average now: $(cut -d' ' -f1-3 /proc/loadavg)"
 # Other processes on the cores take a share of rank 0's core too: when they take more than the
 # cap does, the cap hardly slows rank 1 against rank 0, and dd has little to gain.
