@@ -28,8 +28,8 @@
 // autograd view: zero_grad may detach it), so backward accumulates straight into the buffer
 // that is reduced, in place. float16 and bfloat16 gradients are reduced in float32: copied in
 // before the reduction, the mean cast back after. float64 parameters are refused. CPU tensors
-// are reduced through MPI (Job::reduce); CUDA tensors too, copied to host memory and back (the
-// job has no device reduction entry yet; the bridge uses reduce_device once it has one).
+// are reduced through MPI (Job::reduce); CUDA tensors in GPU memory (Job::reduce_device: NCCL
+// where every rank has a GPU of its own, else MPI through the host), divided on the GPU.
 #pragma once
 
 #include <torch/data/datasets/base.h>
