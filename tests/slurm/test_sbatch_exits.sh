@@ -65,9 +65,11 @@ export ANTDT_PROGRAM=$fake ANTDT_RUN_DIR=$D/run ANTDT_RESTART_COOLDOWN=0
 
 state() { scontrol show job -o "$1" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$2=//p"; }
 release() {  # starts requeued job $1 now (Slurm holds it back), once its node has cleaned up
-  # after its first run: a step launched beside the old one's teardown can fail to start.
+  # after its first run: a step launched beside the old one's teardown can fail to start. And
+  # not in the second in which its first run's credential was revoked: slurmd compares whole
+  # seconds and kills such a start ("Job credential revoked"; a CI run hit it). So now+1.
   for _ in $(seq 100); do [ "$(sinfo -h -n n1 -o %T)" = idle ] && break; sleep 0.1; done
-  scontrol update JobId="$1" StartTime=now 2>/dev/null || true
+  scontrol update JobId="$1" StartTime=now+1 2>/dev/null || true
 }
 wait_gone() {  # waits until job $1 has left the queue; prints its final state
   for _ in $(seq 300); do

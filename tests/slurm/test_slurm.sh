@@ -60,8 +60,10 @@ b=$(sbatch --parsable -n 2 -o "$D/run/b-%j.out" "$src/scripts/slurm/antdt-train.
 ls "$D/run/antdt-train-$a-ckpt"/ckpt-*.h5 "$D/run/antdt-train-$b-ckpt"/ckpt-*.h5 >/dev/null 2>&1 ||
   fail "each submission should checkpoint into <job name>-<job id>-ckpt"
 scontrol requeue "$a" || fail "scontrol requeue $a failed"
-# Slurm 22.05 holds a requeued job back for two minutes (its BeginTime); start it now instead.
-scontrol update JobId="$a" StartTime=now || fail "cannot release the requeued job $a"
+# Slurm 22.05 holds a requeued job back for two minutes (its BeginTime); start it now instead,
+# but not in the second its first run's credential was revoked (slurmd compares whole seconds
+# and kills such a start: "Job credential revoked").
+scontrol update JobId="$a" StartTime=now+1 || fail "cannot release the requeued job $a"
 [ "$(wait_job "$a")" = COMPLETED ] || fail "the requeued job $a did not complete"
 grep -q "restart 1" "$D/run/a-$a.out" || fail "job $a was not restarted by the requeue"
 python3 - "$D/run/summary-$a-0.json" "$D/run/summary-$a-1.json" <<'PY' || fail "the requeued job did not resume its own checkpoints"
