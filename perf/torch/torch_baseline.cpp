@@ -194,6 +194,21 @@ void bare_loop(antdt::TorchDataset& images, std::int64_t n, Cnn& model, torch::o
   }
 }
 
+// The example's micro-batches of the step under way: read, forward, loss, backward, and the
+// loss and accuracy sums for the job.
+void micro_batches(antdt::Job& job, antdt::TorchDataset& images, Cnn& model, Timers& time) {
+  for (auto idx = time(indices, [&] { return job.next_micro_batch(); }); !idx.empty();
+       idx = time(indices, [&] { return job.next_micro_batch(); })) {
+    auto b = time(read, [&] { return images.read(idx); });
+    time(compute, [&] {
+      torch::Tensor logits;
+      auto loss = loss_sum(model, b, &logits);
+      loss.backward();
+      job.add_loss(loss.item<double>(), logits.argmax(1).eq(b.target).sum().item<std::int64_t>());
+    });
+  }
+}
+
 // The example's loop (apps/examples/torch_cnn.cpp), the bridge's reduce() in its three parts.
 void antdt_loop(antdt::JobOptions options, antdt::TorchDataset& images, Cnn& model, torch::optim::SGD& opt,
                 Timers& time) {
@@ -208,16 +223,7 @@ void antdt_loop(antdt::JobOptions options, antdt::TorchDataset& images, Cnn& mod
       first = false;
     }
     time(zero, [&] { bridge.zero_grad(); });
-    for (auto idx = time(indices, [&] { return job.next_micro_batch(); }); !idx.empty();
-         idx = time(indices, [&] { return job.next_micro_batch(); })) {
-      auto b = time(read, [&] { return images.read(idx); });
-      time(compute, [&] {
-        torch::Tensor logits;
-        auto loss = loss_sum(model, b, &logits);
-        loss.backward();
-        job.add_loss(loss.item<double>(), logits.argmax(1).eq(b.target).sum().item<std::int64_t>());
-      });
-    }
+    micro_batches(job, images, model, time);
     time(gather, [&] { gradients.gather(); });
     time(reduce, [&] {
       job.reduce(std::span<float>(gradients.buffer().data_ptr<float>(), static_cast<std::size_t>(gradients.numel())));
@@ -245,13 +251,7 @@ void paired_loop(antdt::JobOptions options, antdt::TorchDataset& images, std::in
   std::int64_t k = 0;
   for (double t0 = wall_now(); job.next_step(); t0 = wall_now()) {
     bridge.zero_grad();
-    for (auto idx = job.next_micro_batch(); !idx.empty(); idx = job.next_micro_batch()) {
-      auto b = images.read(idx);
-      torch::Tensor logits;
-      auto loss = loss_sum(model, b, &logits);
-      loss.backward();
-      job.add_loss(loss.item<double>(), logits.argmax(1).eq(b.target).sum().item<std::int64_t>());
-    }
+    micro_batches(job, images, model, off);
     bridge.reduce();
     opt.step();
     const double t1 = wall_now();
