@@ -11,10 +11,18 @@
 //   /<name>@antdt_fnv1a64  uint64 attribute: FNV-1a 64 of the data set's bytes as held in
 //                          memory (native little-endian).
 //
-// Atomicity: everything is written to <dir>/.ckpt-<step>.h5.tmp, which no reader looks at;
-// commit() flushes, closes, fsyncs it, renames it to ckpt-<step:08>.h5 (rename(2) is atomic
-// and replaces an existing file) and fsyncs the directory so the rename itself is durable.
-// A crash at any point leaves either the old set of checkpoints or the new one.
+// Atomicity: the HDF5 file is built in memory (HDF5's core driver, no backing store), and
+// commit() writes its image to <dir>/.ckpt-<step>.h5.tmp, which no reader looks at, with plain
+// write(2) calls, fsyncs it, renames it to ckpt-<step:08>.h5 (rename(2) is atomic and
+// replaces an existing file) and fsyncs the directory so the rename itself is durable. A crash
+// at any point leaves either the old set of checkpoints or the new one.
+//
+// Why in memory: HDF5 never sees a failed write. With HDF5 writing the file itself, a full or
+// read-only disk failed a write or a flush, the close that followed failed as well, and HDF5
+// 1.10 kept the half-closed file in its tables: closing the library (at exit, or inside
+// MPI_Finalize) then crashed on it. Now every disk error is a write(2), fsync(2) or close(2)
+// of ours, reported with the system's message. The cost is the image once more in memory,
+// briefly, at commit.
 //
 // Integrity: the file is written with the 1.8 format as the lowest bound, so HDF5 itself
 // checksums its metadata (superblock v2, object headers v2); our per-data-set checksum
@@ -29,11 +37,14 @@
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <set>
+#include <span>
 #include <system_error>
 #include <utility>
+#include <vector>
 
 #include "antdt/config.hpp"
 #include "antdt/error.hpp"
@@ -69,6 +80,8 @@ constexpr const char* kFilePrefix = "ckpt-";
 constexpr const char* kFileSuffix = ".h5";
 constexpr const char* kTmpPrefix = ".ckpt-";
 constexpr const char* kTmpSuffix = ".h5.tmp";
+// The in-memory file grows in steps of this many bytes.
+constexpr std::size_t kCoreIncrement = std::size_t{4} << 20;
 
 H5Handle h5_object(hid_t id) { return {id, H5Oclose}; }
 
@@ -329,12 +342,99 @@ std::string describe(hid_t type, hid_t space) {
 // Writer
 // =======================================================================================
 
+namespace {
+// An open file descriptor, closed on destruction unless release()d.
+class FileDescriptor {
+ public:
+  FileDescriptor() noexcept = default;
+  explicit FileDescriptor(int fd) noexcept : fd_(fd) {}
+  FileDescriptor(const FileDescriptor&) = delete;
+  FileDescriptor& operator=(const FileDescriptor&) = delete;
+  FileDescriptor(FileDescriptor&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  FileDescriptor& operator=(FileDescriptor&& o) noexcept {
+    if (this != &o) {
+      if (fd_ >= 0) ::close(fd_);
+      fd_ = std::exchange(o.fd_, -1);
+    }
+    return *this;
+  }
+  ~FileDescriptor() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  [[nodiscard]] int get() const noexcept { return fd_; }
+  [[nodiscard]] int release() noexcept { return std::exchange(fd_, -1); }
+
+ private:
+  int fd_ = -1;
+};
+
+// The memory of HDF5's in-memory file (core driver), through its file image callbacks: HDF5
+// allocates and grows it with ours, and at close hands it to image_free, which keeps it here
+// instead of freeing it. So the finished file (superblock rewritten by the close) is written
+// without a copy. (H5Fget_file_image was no use: HDF5 1.10 clears the superblock's
+// write-access flags in its copy without renewing the checksum, and the copy cannot be read.)
+struct CoreImage {
+  std::size_t allocated = 0;  // bytes of the current buffer
+  void* closed = nullptr;     // the buffer of the closed file, now ours
+  CoreImage() = default;
+  CoreImage(const CoreImage&) = delete;
+  CoreImage& operator=(const CoreImage&) = delete;
+  ~CoreImage() { std::free(closed); }
+
+  static void* allocate(std::size_t size, H5FD_file_image_op_t, void* self) {
+    void* p = std::malloc(size);
+    if (p) static_cast<CoreImage*>(self)->allocated = size;
+    return p;
+  }
+  static void* copy(void* dest, const void* src, std::size_t size, H5FD_file_image_op_t, void*) {
+    return std::memcpy(dest, src, size);
+  }
+  static void* resize(void* ptr, std::size_t size, H5FD_file_image_op_t, void* self) {
+    void* p = std::realloc(ptr, size);
+    if (p) static_cast<CoreImage*>(self)->allocated = size;
+    return p;
+  }
+  static herr_t release(void* ptr, H5FD_file_image_op_t op, void* self) {
+    auto* image = static_cast<CoreImage*>(self);
+    if (op == H5FD_FILE_IMAGE_OP_FILE_CLOSE) {
+      std::free(image->closed);
+      image->closed = ptr;
+    } else {
+      std::free(ptr);
+    }
+    return 0;
+  }
+  static void* same(void* self) { return self; }
+  static herr_t keep(void*) { return 0; }
+};
+
+// The end-of-file address a finished file's superblock records: its size. The writer's files
+// have superblock version 2 or 3 (format 1.8 or later), whose layout is: signature (8 bytes),
+// version, size of offsets (O), size of lengths, flags (1 byte each), then base address,
+// superblock extension address, end-of-file address, root object header address (O bytes
+// each, little-endian), checksum (4). Returns 0 when the bytes are not such a superblock.
+std::size_t superblock_end_of_file(const std::byte* image, std::size_t size) {
+  static constexpr unsigned char kSignature[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
+  if (size < 12 || std::memcmp(image, kSignature, sizeof kSignature) != 0) return 0;
+  const auto version = static_cast<unsigned>(image[8]);
+  const auto offset_size = static_cast<std::size_t>(image[9]);
+  if ((version != 2 && version != 3) || offset_size < 1 || offset_size > 8 || size < 12 + 4 * offset_size + 4) return 0;
+  std::uint64_t eof = 0;
+  for (std::size_t i = 0; i < offset_size; ++i) {
+    eof |= static_cast<std::uint64_t>(image[12 + 2 * offset_size + i]) << (8 * i);
+  }
+  return eof <= size ? static_cast<std::size_t>(eof) : 0;
+}
+}  // namespace
+
 namespace detail {
 struct CheckpointWriterState {
   fs::path directory;
   std::int64_t step = 0;
   fs::path tmp_path;
-  H5Handle file;
+  FileDescriptor tmp;  // the temporary file, created empty by the constructor
+  CoreImage image;     // before `file`, which must close first
+  H5Handle file;       // in memory (core driver): nothing reaches the disk before commit()
   std::set<std::string> data_sets;
   std::set<std::string> groups;
   bool committed = false;
@@ -433,6 +533,29 @@ void write_root_attribute(detail::CheckpointWriterState& s, const char* attr_nam
   }
 }
 
+// Writes the image into the temporary file, fsyncs and closes it; any failure (a full or
+// read-only disk, an I/O error) is a WriteError with the system's message.
+void write_image(detail::CheckpointWriterState& s, std::span<const std::byte> image) {
+  const int fd = s.tmp.get();
+  auto fail = [&](const char* what) {
+    const int saved = errno;
+    throw WriteError("checkpoint '" + s.tmp_path.string() + "': " + what + " failed: " + std::strerror(saved));
+  };
+  while (!image.empty()) {
+    const ssize_t n = ::write(fd, image.data(), image.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail("write");
+    if (n == 0) {
+      errno = ENOSPC;
+      fail("write");
+    }
+    image = image.subspan(static_cast<std::size_t>(n));
+  }
+  if (::fsync(fd) != 0) fail("fsync");
+  // close(2) can report a deferred write error (NFS): it is checked, and never retried.
+  if (::close(s.tmp.release()) != 0) fail("close");
+}
+
 }  // namespace
 
 CheckpointWriter::CheckpointWriter(std::string directory, std::int64_t step)
@@ -450,12 +573,25 @@ CheckpointWriter::CheckpointWriter(std::string directory, std::int64_t step)
                      "': " + (ec ? ec.message() : std::string("not a directory")));
   }
   s.tmp_path = s.directory / tmp_name(step);
+  // Created now, so that an unwritable directory fails here rather than after the step's
+  // state was gathered. TRUNC: a temporary file of the same step left by a crashed run is
+  // simply replaced.
+  s.tmp = FileDescriptor(::open(s.tmp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (s.tmp.get() < 0) {
+    throw WriteError("cannot create checkpoint file '" + s.tmp_path.string() + "': " + std::strerror(errno) +
+                     "; check that the directory is writable and has space");
+  }
   H5Handle fapl = make_fapl(true);
-  // TRUNC: a temporary file of the same step left by a crashed run is simply replaced.
+  ANTDT_CHECK_HDF5(H5Pset_fapl_core(fapl.get(), kCoreIncrement, /*backing_store=*/false));
+  H5FD_file_image_callbacks_t callbacks{
+      &CoreImage::allocate, &CoreImage::copy, &CoreImage::resize, &CoreImage::release, &CoreImage::same,
+      &CoreImage::keep,     &s.image};
+  ANTDT_CHECK_HDF5(H5Pset_file_image_callbacks(fapl.get(), &callbacks));
   s.file = detail::h5_file(H5Fcreate(s.tmp_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()));
   if (!s.file.valid()) {
-    throw WriteError("cannot create checkpoint file '" + s.tmp_path.string() + "': " + h5_error_message() +
-                     "; check that the directory is writable and has space");
+    s.tmp = FileDescriptor();
+    remove_quietly(s.tmp_path, "checkpoint file");
+    throw WriteError("cannot create checkpoint '" + s.tmp_path.string() + "' in memory: " + h5_error_message());
   }
 }
 
@@ -472,6 +608,7 @@ CheckpointWriter::~CheckpointWriter() {
   if (!state_ || state_->committed) return;
   H5QuietErrors quiet;
   state_->file.reset();
+  state_->tmp = FileDescriptor();
   remove_quietly(state_->tmp_path, "uncommitted checkpoint");
 }
 
@@ -542,13 +679,16 @@ std::string CheckpointWriter::commit(int keep) {
     // Written last: a file without it was not finished by a writer that got this far.
     const std::int64_t complete = 1;
     write_root_attribute(s, kAttrComplete, H5T_STD_I64LE, H5T_NATIVE_INT64, &complete);
-    // Flush is checked; the close that follows cannot be (H5Handle swallows it) but has
-    // nothing left to write.
-    if (H5Fflush(s.file.get(), H5F_SCOPE_GLOBAL) < 0) {
-      throw WriteError("checkpoint '" + s.tmp_path.string() + "': flush failed: " + h5_error_message());
+    // The close touches memory only and hands the finished file to s.image; we write it.
+    if (s.file.close() < 0) {
+      throw WriteError("checkpoint '" + s.tmp_path.string() + "': cannot finish it in memory: " + h5_error_message());
     }
-    s.file.reset();
-    fsync_path(s.tmp_path, false);
+    const auto* bytes = static_cast<const std::byte*>(s.image.closed);
+    const std::size_t size = bytes ? superblock_end_of_file(bytes, s.image.allocated) : 0;
+    if (size == 0) {
+      throw WriteError("checkpoint '" + s.tmp_path.string() + "': HDF5 did not hand back a finished file image");
+    }
+    write_image(s, {bytes, size});
     std::error_code ec;
     fs::rename(s.tmp_path, final_path, ec);
     if (ec) {
@@ -558,6 +698,7 @@ std::string CheckpointWriter::commit(int keep) {
     fsync_path(s.directory, true);
   } catch (const Error& e) {
     s.file.reset();
+    s.tmp = FileDescriptor();
     if (!s.committed) {
       s.committed = true;  // the writer is spent either way
       remove_quietly(s.tmp_path, "failed checkpoint");

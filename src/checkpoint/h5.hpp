@@ -31,9 +31,12 @@ class H5Handle {
 
   [[nodiscard]] hid_t get() const noexcept { return id_; }
   [[nodiscard]] bool valid() const noexcept { return id_ >= 0; }
-  void reset() noexcept {
-    if (id_ >= 0 && closer_) closer_(id_);
+  void reset() noexcept { (void)close(); }
+  // Closes now and returns the closer's result (negative: it failed; 0 when nothing was open).
+  herr_t close() noexcept {
+    const herr_t rc = id_ >= 0 && closer_ ? closer_(id_) : 0;
     id_ = H5I_INVALID_HID;
+    return rc;
   }
 
  private:

@@ -2,11 +2,13 @@
 // checkpoints, and one clear CheckpointError for each way a file can be bad.
 #include <gtest/gtest.h>
 #include <hdf5.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -577,4 +579,40 @@ TEST_F(Checkpoint, MeasuresTenMegabyteWriteAndRead) {
       "open+read %.1f ms (%.0f MB/s), verify %.1f ms, fnv1a64 alone %.1f ms (%.0f MB/s) [hash %016llx]\n",
       mb, ms(t1 - t0), mb / (ms(t1 - t0) / 1e3), ms(t2 - t1), mb / (ms(t2 - t1) / 1e3), ms(t3 - t2), ms(t5 - t4),
       mb / (ms(t5 - t4) / 1e3), static_cast<unsigned long long>(hash));
+}
+
+// A disk that fills up under a checkpoint (here: a file-size limit, so that every write past
+// 64 KiB fails with EFBIG, as a full disk fails with ENOSPC) fails the commit with one
+// WriteError naming the cause, leaves no file behind, and leaves the HDF5 library in a state
+// that closes cleanly: HDF5 1.10 kept a file whose close had failed in its tables, and closing
+// the library (at exit, or in MPI_Finalize) then crashed on it.
+//
+// This runs in the death test's child: a commit under a 64 KiB file-size limit, then HDF5's close.
+[[noreturn]] void commit_into_a_full_disk(const fs::path& dir) {
+  ::signal(SIGXFSZ, SIG_IGN);
+  const rlimit limit{64 * 1024, 64 * 1024};
+  if (::setrlimit(RLIMIT_FSIZE, &limit) != 0) std::_Exit(10);
+  const std::vector<float> params(1 << 20, 1.0f);  // 4 MiB
+  std::string message;
+  try {
+    CheckpointWriter w(dir.string(), 2);
+    w.put_floats("model/params", params);
+    w.put_int64("train/step", 2);
+    w.commit();
+  } catch (const antdt::WriteError& e) {
+    message = e.what();
+  }
+  std::fprintf(stderr, "message: '%s'\n", message.c_str());
+  if (message.find("File too large") == std::string::npos) std::_Exit(11);
+  if (message.find("previous checkpoints kept") == std::string::npos) std::_Exit(12);
+  if (H5close() < 0) std::_Exit(13);
+  std::fprintf(stderr, "HDF5 closed cleanly\n");
+  std::_Exit(0);
+}
+
+TEST_F(Checkpoint, AFullDiskFailsTheCommitAndLeavesHdf5Closable) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // MPI's and HDF5's threads may be running
+  commit_step(1);
+  EXPECT_EXIT(commit_into_a_full_disk(dir_), testing::ExitedWithCode(0), "File too large.*\n.*HDF5 closed cleanly");
+  EXPECT_EQ(file_names(), std::vector<std::string>{"ckpt-00000001.h5"});
 }
