@@ -56,6 +56,8 @@ struct Options {
   std::string fixed_split;  // policy "fixed": static with this split
   double seconds = 0.0;     // > 0: each run's timed part lasts this long (then it stops), not --steps
   int reply_lag = SessionOptions{}.reply_lag;
+  int nd_chunks = SessionOptions{}.chunks_per_share;
+  double nd_first_chunk = SessionOptions{}.first_chunk;
 };
 
 double median(std::vector<double> v) {
@@ -113,6 +115,8 @@ RunResult run_session(const Options& o, const std::string& policy, const Emulati
   so.gradient_bytes = model->gradient_count() * 4;
   so.step_timeout_seconds = o.step_timeout;
   so.reply_lag = o.reply_lag;
+  so.chunks_per_share = o.nd_chunks;
+  so.first_chunk = o.nd_first_chunk;
   Session s(MPI_COMM_WORLD, so);
   auto reducer = make_reducer(s.comm(), host);
   std::vector<float> x;
@@ -315,6 +319,13 @@ int main(int argc, char** argv) {
   app.add_option("--reply-lag", o.reply_lag,
                  "1: rank 0 decides a step while the ranks compute the next; 0: every step waits for its decision")
       ->check(CLI::Range(0, 1))
+      ->capture_default_str();
+  app.add_option("--nd-chunks", o.nd_chunks, "Policy nd: a micro-chunk is about b_i / this (as antdt-train's)")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  app.add_option("--nd-first-chunk", o.nd_first_chunk,
+                 "Policy nd: a step's first chunk is at least this part of b_i (0: off; as antdt-train's)")
+      ->check(CLI::Range(0.0, 0.99))
       ->capture_default_str();
   app.add_option("--wait-ms", o.wait_ms, "Length of each wait in wait mode, milliseconds (0.001 to 10000)")
       ->check(CLI::Range(0.001, 10000.0))
