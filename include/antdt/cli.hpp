@@ -479,10 +479,17 @@ inline void add_job_options(CLI::App& app, JobOptions& o) {
   const char* fail = "Failures";
   last(app.add_option("--step-timeout", s.step_timeout_seconds,
                       "Seconds rank 0 waits at a step's reduction for the other ranks; then it names the ones that "
-                      "did not arrive and every rank exits with code 5 (0: wait forever). Waiting ranks sleep, not "
-                      "spin"))
+                      "did not arrive and every rank exits with code 5 (0: wait forever). Waiting ranks poll for "
+                      "--wait-spin seconds, then sleep between polls"))
       ->group(fail)
       ->check(in_range<double>(0.0, 1e9))
+      ->capture_default_str();
+  last(app.add_option("--wait-spin", s.wait_spin_seconds,
+                      "Seconds a waiting rank polls before it sleeps between polls (0 to 1). Polling answers "
+                      "fastest; under a tight CPU quota (a container's CPU limit) it spends the quota, and 0 "
+                      "can be faster (docs/torch.md)"))
+      ->group(fail)
+      ->check(in_range<double>(0.0, 1.0))
       ->capture_default_str();
   last(app.add_option("--stop-signals", o.stop_signals,
                       "Signals that stop the run after the step under way, with a checkpoint and exit code 76 (a "

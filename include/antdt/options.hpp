@@ -132,8 +132,13 @@ struct SessionOptions {
   std::string node_name;      // this rank's node (LaunchInfo::node_name); "" = discover it
   // Seconds rank 0 waits at a step's reduction for the other ranks before it names the ones
   // that did not arrive and every rank throws StallError (docs/errors.md); 0: wait forever,
-  // inside the blocking collectives. Waiting ranks sleep between polls instead of spinning.
+  // inside the blocking collectives. A waiting rank polls without pause for
+  // wait_spin_seconds, then sleeps between polls.
   double step_timeout_seconds = 600.0;
+  // Seconds a guarded wait polls before it starts to nap (docs/errors.md). Polling answers
+  // fastest; a rank under a CPU quota spends its quota on it (docs/torch.md, "Where the cap
+  // binds"). In [0, 1].
+  double wait_spin_seconds = 0.02;
 };
 
 // The policies a ControllerOptions::policy may name ("auto", "dd", "nd", "static", ...), sorted.

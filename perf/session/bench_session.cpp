@@ -58,6 +58,7 @@ struct Options {
   int reply_lag = SessionOptions{}.reply_lag;
   int nd_chunks = SessionOptions{}.chunks_per_share;
   double nd_first_chunk = SessionOptions{}.first_chunk;
+  double wait_spin = SessionOptions{}.wait_spin_seconds;
 };
 
 double median(std::vector<double> v) {
@@ -117,6 +118,7 @@ RunResult run_session(const Options& o, const std::string& policy, const Emulati
   so.reply_lag = o.reply_lag;
   so.chunks_per_share = o.nd_chunks;
   so.first_chunk = o.nd_first_chunk;
+  so.wait_spin_seconds = o.wait_spin;
   Session s(MPI_COMM_WORLD, so);
   auto reducer = make_reducer(s.comm(), host);
   std::vector<float> x;
@@ -326,6 +328,9 @@ int main(int argc, char** argv) {
   app.add_option("--nd-first-chunk", o.nd_first_chunk,
                  "Policy nd: a step's first chunk is at least this part of b_i (0: off; as antdt-train's)")
       ->check(CLI::Range(0.0, 0.99))
+      ->capture_default_str();
+  app.add_option("--wait-spin", o.wait_spin, "Seconds a waiting rank polls before it naps (as antdt-train's)")
+      ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
   app.add_option("--wait-ms", o.wait_ms, "Length of each wait in wait mode, milliseconds (0.001 to 10000)")
       ->check(CLI::Range(0.001, 10000.0))

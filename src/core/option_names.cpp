@@ -42,6 +42,7 @@ constexpr std::pair<std::string_view, std::string_view> kFields[] = {
     {"virtual-device", "session.emulation.virtual_seconds_per_sample"},
     {"emulate-seed", "session.emulation.seed"},
     {"step-timeout", "session.step_timeout_seconds"},
+    {"wait-spin", "session.wait_spin_seconds"},
     {"checkpoint-dir", "checkpoint.dir"},
     {"checkpoint-every", "checkpoint.every_steps"},
     {"checkpoint-minutes", "checkpoint.every_minutes"},

@@ -157,7 +157,9 @@ class Background {
 // program's: guard.hpp); installed for the Session's life.
 std::unique_ptr<detail::Guard> own_guard(MPI_Comm user, const SessionOptions& o, const std::string& node) {
   if (detail::installed_guard() != nullptr) return nullptr;
-  return std::make_unique<detail::Guard>(user, o.step_timeout_seconds, node);
+  auto guard = std::make_unique<detail::Guard>(user, o.step_timeout_seconds, node);
+  guard->set_spin_seconds(o.wait_spin_seconds);
+  return guard;
 }
 
 struct Session::Impl {

@@ -28,6 +28,8 @@ void validate_session_options(const SessionOptions& o, int world, bool dataset_k
   if (o.reply_lag < 0 || o.reply_lag > 1) throw UsageError(name("reply-lag") + " must be 0 or 1");
   if (!(o.step_timeout_seconds >= 0.0) || o.step_timeout_seconds > 1e9)
     throw UsageError(name("step-timeout") + " must be 0 (none) or positive seconds");
+  if (!(o.wait_spin_seconds >= 0.0) || o.wait_spin_seconds > 1.0)
+    throw UsageError(name("wait-spin") + " must be between 0 and 1 seconds");
   if (o.max_epochs < 0 || o.max_steps < 0) throw UsageError(name("epochs") + " and " + name("steps") + " must be >= 0");
   if (o.max_epochs == 0 && o.max_steps == 0) {
     throw UsageError("give " + name("steps") + " or " + name("epochs") + " (or both): with neither the run never ends");

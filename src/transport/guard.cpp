@@ -36,7 +36,6 @@ namespace {
 // being made (the Guard's constructor).
 constexpr int kToRank = 31001, kAsk = 31002, kAnswer = 31003;
 constexpr int kWordBytes = static_cast<int>(sizeof(Guard::Word));
-constexpr double kSpinSeconds = 20e-3;
 constexpr double kMinNap = 50e-6, kShortNap = 200e-6, kLongNap = 5e-3, kNapFraction = 0.05;
 constexpr std::size_t kNamedAtMost = 8;
 
@@ -258,7 +257,7 @@ void Guard::serve() {
 }
 
 void Guard::nap(double waited) {
-  if (waited < kSpinSeconds) return;
+  if (waited < spin_) return;
   ++naps_;
   const double cap = waited < 1.0 ? kShortNap : kLongNap;
   std::this_thread::sleep_for(std::chrono::duration<double>(std::clamp(kNapFraction * waited, kMinNap, cap)));
@@ -348,7 +347,7 @@ void Guard::judge(std::span<MPI_Request> requests) {
     serve();  // asks from ranks that lost patience: they hear rank 0 is alive
     const double now = steady_seconds();
     if (left == 0 || now >= t0 + window) break;
-    nap(now - t0 + kSpinSeconds);
+    nap(now - t0 + spin_);
   }
   std::vector<int> missing;
   for (int r = 1; r < size_; ++r) {

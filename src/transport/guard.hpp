@@ -100,6 +100,9 @@ class Guard {
   [[nodiscard]] Phase phase() const noexcept { return phase_; }
   [[nodiscard]] std::int64_t step() const noexcept { return step_; }
   [[nodiscard]] double timeout_seconds() const noexcept { return timeout_; }
+  // How long a wait polls before it naps (SessionOptions::wait_spin_seconds; 20 ms until set).
+  void set_spin_seconds(double seconds) noexcept { spin_ = seconds; }
+  [[nodiscard]] double spin_seconds() const noexcept { return spin_; }
   [[nodiscard]] MPI_Comm comm() const noexcept { return words_; }
   // How often waits slept and how long they waited, this rank (benchmarks, tests).
   [[nodiscard]] std::uint64_t naps() const noexcept { return naps_; }
@@ -125,6 +128,7 @@ class Guard {
   MPI_Comm words_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
   double timeout_ = 0.0;
+  double spin_ = 20e-3;
   std::vector<std::string> nodes_;  // rank 0: every rank's node (the launcher's layout until they told it)
   std::string node_, root_node_;    // this rank's, and rank 0's
   Phase phase_ = Phase::startup;
