@@ -257,8 +257,8 @@ int run(TrainOptions& o, std::chrono::steady_clock::time_point started) {
   // Every wait from here is guarded, the reading of the data included: a rank that stalls in
   // any phase is named and every rank stops (exit 5) within the step timeout and a grace.
   const double timeout = o.job.session.step_timeout_seconds;
-  detail::Guard guard(MPI_COMM_WORLD, timeout >= 0.0 && timeout <= 1e9 ? timeout : 0.0, discover_node_name());
-  guard.set_spin_seconds(o.job.session.wait_spin_seconds);
+  detail::Guard guard(MPI_COMM_WORLD, timeout >= 0.0 && timeout <= 1e9 ? timeout : 0.0, o.job.session.wait_spin_seconds,
+                      discover_node_name());
   detail::GuardInstall install(&guard);
   const LaunchInfo launch = discover_launch(MPI_COMM_WORLD);
   int world = 1;

@@ -21,8 +21,8 @@
 // read-only disk failed a write or a flush, the close that followed failed as well, and HDF5
 // 1.10 kept the half-closed file in its tables: closing the library (at exit, or inside
 // MPI_Finalize) then crashed on it. Now every disk error is a write(2), fsync(2) or close(2)
-// of ours, reported with the system's message. The cost is the image once more in memory,
-// briefly, at commit.
+// of ours, reported with the system's message. The cost: the checkpoint's bytes are held in
+// memory (the image, beside the caller's copy) from the first put until the commit.
 //
 // Integrity: the file is written with the 1.8 format as the lowest bound, so HDF5 itself
 // checksums its metadata (superblock v2, object headers v2); our per-data-set checksum
@@ -50,6 +50,7 @@
 #include "antdt/error.hpp"
 #include "checkpoint/fnv1a.hpp"
 #include "checkpoint/h5.hpp"
+#include "checkpoint/posix_file.hpp"
 #include "checkpoint/store_names.hpp"
 #include "core/log.hpp"
 
@@ -343,30 +344,8 @@ std::string describe(hid_t type, hid_t space) {
 // =======================================================================================
 
 namespace {
-// An open file descriptor, closed on destruction unless release()d.
-class FileDescriptor {
- public:
-  FileDescriptor() noexcept = default;
-  explicit FileDescriptor(int fd) noexcept : fd_(fd) {}
-  FileDescriptor(const FileDescriptor&) = delete;
-  FileDescriptor& operator=(const FileDescriptor&) = delete;
-  FileDescriptor(FileDescriptor&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  FileDescriptor& operator=(FileDescriptor&& o) noexcept {
-    if (this != &o) {
-      if (fd_ >= 0) ::close(fd_);
-      fd_ = std::exchange(o.fd_, -1);
-    }
-    return *this;
-  }
-  ~FileDescriptor() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  [[nodiscard]] int get() const noexcept { return fd_; }
-  [[nodiscard]] int release() noexcept { return std::exchange(fd_, -1); }
 
- private:
-  int fd_ = -1;
-};
+using detail::FileDescriptor;
 
 // The memory of HDF5's in-memory file (core driver), through its file image callbacks: HDF5
 // allocates and grows it with ours, and at close hands it to image_free, which keeps it here
@@ -541,16 +520,7 @@ void write_image(detail::CheckpointWriterState& s, std::span<const std::byte> im
     const int saved = errno;
     throw WriteError("checkpoint '" + s.tmp_path.string() + "': " + what + " failed: " + std::strerror(saved));
   };
-  while (!image.empty()) {
-    const ssize_t n = ::write(fd, image.data(), image.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) fail("write");
-    if (n == 0) {
-      errno = ENOSPC;
-      fail("write");
-    }
-    image = image.subspan(static_cast<std::size_t>(n));
-  }
+  if (!detail::write_all(fd, image)) fail("write");
   if (::fsync(fd) != 0) fail("fsync");
   // close(2) can report a deferred write error (NFS): it is checked, and never retried.
   if (::close(s.tmp.release()) != 0) fail("close");

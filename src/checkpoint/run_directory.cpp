@@ -22,6 +22,7 @@
 
 #include "antdt/error.hpp"
 #include "checkpoint/checkpoint.hpp"
+#include "checkpoint/posix_file.hpp"
 #include "checkpoint/store_names.hpp"
 #include "core/log.hpp"
 
@@ -33,17 +34,7 @@ namespace {
 
 std::string errno_text(int err) { return std::strerror(err); }
 
-// Writes all of `text` to `fd` from offset 0; false (errno set) on a short or failed write.
-bool write_all(int fd, const std::string& text) {
-  std::size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::pwrite(fd, text.data() + done, text.size() - done, static_cast<off_t>(done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    done += static_cast<std::size_t>(n);
-  }
-  return true;
-}
+using detail::write_all;
 
 std::string read_small_file(const fs::path& path) {
   std::ifstream in(path);

@@ -216,13 +216,11 @@ struct Job::Impl {
         guard_owned(detail::installed_guard() != nullptr
                         ? nullptr
                         : std::make_unique<detail::Guard>(
-                              comm, opt.session.step_timeout_seconds,
+                              comm, opt.session.step_timeout_seconds, opt.session.wait_spin_seconds,
                               opt.session.node_name.empty() ? discover_node_name() : opt.session.node_name)),
         guard_install(guard_owned ? guard_owned.get() : detail::installed_guard()),
         guard(detail::installed_guard()),
-        setup(Communicator::duplicate(comm)) {
-    if (guard_owned) guard_owned->set_spin_seconds(opt.session.wait_spin_seconds);
-  }
+        setup(Communicator::duplicate(comm)) {}
 
   [[nodiscard]] bool root() const { return setup.is_root(); }
   [[nodiscard]] MPI_Comm comm() const { return session ? session->comm().get() : setup.get(); }

@@ -12,6 +12,7 @@
 
 #include "antdt/error.hpp"
 #include "checkpoint/checkpoint.hpp"
+#include "checkpoint/posix_file.hpp"
 #include "core/option_names.hpp"
 
 namespace antdt::cli {
@@ -46,20 +47,7 @@ bool same_file(const std::string& a, const std::string& b) {
 
 std::string quoted(const NamedPath& p) { return p.option + " '" + p.path + "'"; }
 
-// Writes all of `text` to `fd`; false (errno set) on any failed or short write.
-bool write_all(int fd, const std::string& text) {
-  std::size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      if (n == 0) errno = EIO;
-      return false;
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  return true;
-}
+using detail::write_all;
 
 }  // namespace
 

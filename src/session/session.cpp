@@ -157,9 +157,7 @@ class Background {
 // program's: guard.hpp); installed for the Session's life.
 std::unique_ptr<detail::Guard> own_guard(MPI_Comm user, const SessionOptions& o, const std::string& node) {
   if (detail::installed_guard() != nullptr) return nullptr;
-  auto guard = std::make_unique<detail::Guard>(user, o.step_timeout_seconds, node);
-  guard->set_spin_seconds(o.wait_spin_seconds);
-  return guard;
+  return std::make_unique<detail::Guard>(user, o.step_timeout_seconds, o.wait_spin_seconds, node);
 }
 
 struct Session::Impl {

@@ -138,8 +138,8 @@ double steady_seconds() {
 
 double grace_seconds(double timeout) { return std::max(5.0, 0.1 * timeout); }
 
-Guard::Guard(MPI_Comm comm, double timeout_seconds, const std::string& node)
-    : timeout_(timeout_seconds), node_(node), incoming_(sizeof(Word)), outgoing_(sizeof(Word)) {
+Guard::Guard(MPI_Comm comm, double timeout_seconds, double spin_seconds, const std::string& node)
+    : timeout_(timeout_seconds), spin_(spin_seconds), node_(node), incoming_(sizeof(Word)), outgoing_(sizeof(Word)) {
   if (!(timeout_ >= 0.0)) throw UsageError(option_name("step-timeout") + " must be 0 (none) or positive seconds");
   MPI_Comm_rank(comm, &rank_);
   MPI_Comm_size(comm, &size_);

@@ -67,8 +67,9 @@ class Guard {
   // the user's communicator, point to point, the only time antdt touches it); then rank 0
   // learns every rank's node, and every rank rank 0's, for the messages. `node` is this
   // rank's (LaunchInfo::node_name). timeout 0: waits are unguarded (they block, as MPI's own
-  // calls do).
-  Guard(MPI_Comm comm, double timeout_seconds, const std::string& node);
+  // calls do). `spin_seconds`: how long a wait polls before it naps
+  // (SessionOptions::wait_spin_seconds).
+  Guard(MPI_Comm comm, double timeout_seconds, double spin_seconds, const std::string& node);
   ~Guard();
   Guard(const Guard&) = delete;
   Guard& operator=(const Guard&) = delete;
@@ -100,9 +101,6 @@ class Guard {
   [[nodiscard]] Phase phase() const noexcept { return phase_; }
   [[nodiscard]] std::int64_t step() const noexcept { return step_; }
   [[nodiscard]] double timeout_seconds() const noexcept { return timeout_; }
-  // How long a wait polls before it naps (SessionOptions::wait_spin_seconds; 20 ms until set).
-  void set_spin_seconds(double seconds) noexcept { spin_ = seconds; }
-  [[nodiscard]] double spin_seconds() const noexcept { return spin_; }
   [[nodiscard]] MPI_Comm comm() const noexcept { return words_; }
   // How often waits slept and how long they waited, this rank (benchmarks, tests).
   [[nodiscard]] std::uint64_t naps() const noexcept { return naps_; }
@@ -128,7 +126,7 @@ class Guard {
   MPI_Comm words_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
   double timeout_ = 0.0;
-  double spin_ = 20e-3;
+  double spin_ = 0.0;
   std::vector<std::string> nodes_;  // rank 0: every rank's node (the launcher's layout until they told it)
   std::string node_, root_node_;    // this rank's, and rank 0's
   Phase phase_ = Phase::startup;
