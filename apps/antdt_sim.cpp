@@ -223,13 +223,20 @@ int run(int argc, char** argv) {
   app.add_option("--gradient-bytes", config.gradient_bytes, "Bytes of the gradient all-reduce per step")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  app.add_option("--network", network, "Simulated all-reduce: auto (the faster for the size), ring or tree")
-      ->check(CLI::IsMember({"auto", "ring", "tree"}))
+  app.add_option("--network", network,
+                 "Simulated all-reduce: auto (NCCL's pick: the faster of ring and tree for the size), ring, tree, "
+                 "or binomial (antdt's MPI reducer on Open MPI 4.1: a binomial reduce and broadcast)")
+      ->check(CLI::IsMember({"auto", "ring", "tree", "binomial"}))
       ->capture_default_str();
   app.add_option("--link-alpha", config.network.alpha, "Simulated network: latency per message on a link (s)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--link-beta", config.network.beta, "Simulated network: seconds per byte on a link")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--link-burst", config.network.link_burst_bytes,
+                 "Simulated network: a slow link's token bucket in bytes (tc tbf's burst): the first BYTES of an "
+                 "all-reduce's traffic each way cross it at the nominal speed")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--link-atomic", config.network.atomic_seconds,
@@ -288,9 +295,10 @@ int run(int argc, char** argv) {
   if (!schedule_text.empty()) config.emulation.schedule = antdt::parse_schedule(schedule_text);
   if (!slow_links.empty()) config.network.link_factor = link_factors(slow_links, world);
   using Allreduce = antdt::sim::NetworkModel::Allreduce;
-  config.network.allreduce = network == "tree"   ? Allreduce::tree
-                             : network == "ring" ? Allreduce::ring
-                                                 : Allreduce::automatic;
+  config.network.allreduce = network == "tree"       ? Allreduce::tree
+                             : network == "ring"     ? Allreduce::ring
+                             : network == "binomial" ? Allreduce::binomial
+                                                     : Allreduce::automatic;
   config.charge_decision_time = !no_charge;
   config.pool_mechanism = nd_pool == "deadline" ? antdt::PoolMechanism::deadline : antdt::PoolMechanism::counter;
   for (auto& cap : caps) {

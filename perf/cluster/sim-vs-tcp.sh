@@ -10,13 +10,17 @@
 #   - --overhead: a step's cost beyond compute and network, from a 1-node run (no all-reduce);
 #   - --link-alpha, --link-beta: from bare MPI_Allreduce times at 2 nodes (antdt-bench-reduce,
 #     4 kB to 16 MB), fitted to the simulator's own 2-rank ring, t = 2 alpha + bytes * beta;
-#   - --slow-links: the limited node's link at RATE (beta = 8 / RATE per byte), as a factor;
+#   - --slow-links: the limited node's link at RATE (beta = 8 / RATE per byte), as a factor,
+#     and --link-burst: its token bucket, tbf's 64 kB burst each way (scripts/slurm/netns-slurm.sh);
 #   - --gradient-bytes: the model's parameters x 4.
-# It prints, per case, the predicted and the measured step time (the median of rank 0's step
-# wall time over the steps after the 5th; the median of REPEATS runs, default 3) and their
-# ratio, twice: with Open MPI's own choice of
-# all-reduce algorithm against the simulator's (the faster of ring and tree), and with the ring
-# on both sides (Open MPI's ring from 8 kB up, by a rules file; antdt-sim --network ring).
+# It prints, per case, the measured step time (the median of rank 0's step wall time over the
+# steps after the 5th; the median of REPEATS runs, default 3) and the simulator's prediction
+# with each all-reduce model, and their ratios:
+#   - binomial: what antdt's reduction is on Open MPI 4.1 (an in-place MPI_Iallreduce, which
+#     libnbc runs as a binomial reduce and broadcast whatever the size: docs/benchmarks.md);
+#   - auto: the faster of a ring and a tree, as NCCL picks (antdt's reduction on GPUs);
+# and, as a control, the same run with Open MPI's blocking all-reduce forced to the ring by a
+# coll_tuned rules file, which must not move antdt's step (its reduction is non-blocking).
 set -euo pipefail
 build=$(cd "${1:?BUILD_DIR}" && pwd); rate=${2:-50mbit}
 src=$(cd "$(dirname "$0")/../.." && pwd)
@@ -87,7 +91,8 @@ predict() {  # NETWORK NODES OVERHEAD ALPHA BETA [SLOW_FACTOR]: the simulator's 
   local network=$1 p=$2 speeds slow=()
   shift
   speeds=$(python3 -c "print(','.join(['1'] * $p))")
-  [ -n "${5:-}" ] && slow=(--slow-links "$((p - 1)):$5")
+  # The limited link's token bucket: netns-slurm.sh limit's tbf burst, 64 kB each way.
+  [ -n "${5:-}" ] && slow=(--slow-links "$((p - 1)):$5" --link-burst 65536)
   "$build/apps/antdt-sim" --speeds "$speeds" -B $((per_rank * p)) --steps $steps --policy static --network "$network" \
     --seconds-per-sample $c --overhead "$2" --gradient-bytes "$grad_bytes" --link-alpha "$3" --link-beta "$4" \
     "${slow[@]}" --summary-json "$D/sim.json" >/dev/null
@@ -130,8 +135,8 @@ slow_factor=$(python3 -c "print((8.0 / $rate_bps) / $beta)")
 echo "limited link: $rate = $(python3 -c "print($rate_bps / 8e6)") MB/s, $slow_factor x beta"
 echo "gradient: $grad_bytes bytes ($layers); compute $per_rank samples x $c s per rank and step"
 echo
-printf "%-6s %-8s | %-32s | %-32s\n" "" "" "Open MPI's choice / sim auto" "ring / sim ring"
-printf "%-6s %-8s | %10s %10s %10s | %10s %10s %10s\n" nodes link predicted measured ratio predicted measured ratio
+printf "%-6s %-8s | %9s | %-20s | %-20s | %s\n" "" "" "" "sim binomial" "sim auto" "ring rules"
+printf "%-6s %-8s | %9s | %9s %9s | %9s %9s | %9s\n" nodes link measured predicted ratio predicted ratio "/ measured"
 for limit in free "$rate"; do
   for p in 2 3 4; do
     factor=""
@@ -139,14 +144,16 @@ for limit in free "$rate"; do
       "$netns" limit "$D/slurm" "n$p" "$rate"
       factor=$slow_factor
     fi
-    pred=$(predict auto $p "$overhead" "$alpha" "$beta" "$factor")
+    pred=$(predict binomial $p "$overhead" "$alpha" "$beta" "$factor")
+    pred_auto=$(predict auto $p "$overhead" "$alpha" "$beta" "$factor")
     meas=$(measure $p)
-    pred_ring=$(predict ring $p "$overhead" "$alpha" "$beta" "$factor")
     meas_ring=$(measure $p "${ring[@]}")
     [ "$limit" = free ] || "$netns" limit "$D/slurm" "n$p" off
-    printf "%-6s %-8s | %10.4f %10.4f %10.3f | %10.4f %10.4f %10.3f\n" "$p" "$limit" "$pred" "$meas" \
-      "$(python3 -c "print($meas / $pred)")" "$pred_ring" "$meas_ring" "$(python3 -c "print($meas_ring / $pred_ring)")"
+    printf "%-6s %-8s | %9.4f | %9.4f %9.3f | %9.4f %9.3f | %9.3f\n" "$p" "$limit" "$meas" "$pred" \
+      "$(python3 -c "print($meas / $pred)")" "$pred_auto" "$(python3 -c "print($meas / $pred_auto)")" \
+      "$(python3 -c "print($meas_ring / $meas)")"
   done
 done
-echo "step times in seconds (median of $repeats runs); ratio = measured / predicted (1.000: the simulator is exact)"
+echo "step times in seconds (median of $repeats runs); ratio = measured / predicted (1.000: the simulator is exact);"
+echo "ring rules: the step with Open MPI's blocking all-reduce forced to the ring, over the step without"
 echo "== load average at the end $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -254,16 +254,73 @@ double NetworkModel::worst_beta(int p) const {
   return beta * factor;
 }
 
+double NetworkModel::factor(int rank) const {
+  return rank < static_cast<int>(link_factor.size()) ? std::max(1.0, link_factor[static_cast<std::size_t>(rank)]) : 1.0;
+}
+
+double NetworkModel::link_seconds(double f, double bytes, double burst) const {
+  if (f <= 1.0) return bytes * beta;
+  const double fast = std::min(bytes, burst);
+  return (fast + (bytes - fast) * f) * beta;
+}
+
+double NetworkModel::binomial_allreduce_seconds(int p, double bytes) const {
+  // Each rank's link, out of it and into it: what is left of its bucket this all-reduce.
+  std::vector<double> out_burst(static_cast<std::size_t>(p), link_burst_bytes), in_burst = out_burst;
+  const auto through = [&](std::vector<double>& left, int rank, double n) {
+    const double t = link_seconds(factor(rank), n, left[static_cast<std::size_t>(rank)]);
+    left[static_cast<std::size_t>(rank)] = std::max(0.0, left[static_cast<std::size_t>(rank)] - n);
+    return t;
+  };
+  // A message of the whole vector to `to`, `out` seconds on its sender's way out: the slower of
+  // its way out and its way in.
+  const auto message = [&](double out, int to) { return alpha + std::max(out, through(in_burst, to, bytes)); };
+  // The reduce (libnbc's order, root 0): in round r, rank v (a multiple of 2^r) receives the
+  // sum of v + 2^(r-1)'s subtree once both have theirs; held[v]: when v holds its subtree's sum.
+  std::vector<double> held(static_cast<std::size_t>(p), 0.0);
+  for (int half = 1; half < p; half *= 2) {
+    for (int v = 0; v + half < p; v += 2 * half) {
+      const auto u = static_cast<std::size_t>(v);
+      held[u] =
+          std::max(held[u], held[u + static_cast<std::size_t>(half)]) + message(through(out_burst, v + half, bytes), v);
+    }
+  }
+  // The broadcast: rank v, once it has the result, sends it to all its children at once,
+  // v + 2^r for every 2^r > v with v + 2^r < p (rank 0: every power of two below p).
+  std::vector<double> has(static_cast<std::size_t>(p), 0.0);
+  has[0] = held[0];
+  double done = has[0];
+  for (int v = 0; v < p; ++v) {
+    int first = 1;
+    while (first <= v) first *= 2;
+    int children = 0;
+    for (int step = first; v + step < p; step *= 2) ++children;
+    if (children == 0) continue;
+    // Its messages leave at once and share its link: each takes as long as all of them.
+    const double out = through(out_burst, v, bytes * children);
+    for (int step = first; v + step < p; step *= 2) {
+      const auto c = static_cast<std::size_t>(v + step);
+      has[c] = has[static_cast<std::size_t>(v)] + message(out, v + step);
+      done = std::max(done, has[c]);
+    }
+  }
+  return done;
+}
+
 double NetworkModel::allreduce_seconds(int p, double bytes) const {
   if (p <= 1) return 0.0;
-  const double b = worst_beta(p);
-  const double ring = 2.0 * (p - 1) * (alpha + bytes / p * b);
-  const double tree = 2.0 * log2_levels(p) * alpha + 2.0 * bytes * b;
+  // The slowest link carries 2(p-1)/p x bytes each way in a ring, 2 x bytes in a tree.
+  double worst = 1.0;
+  for (int i = 0; i < p; ++i) worst = std::max(worst, factor(i));
+  const double ring = 2.0 * (p - 1) * alpha + link_seconds(worst, 2.0 * (p - 1) / p * bytes, link_burst_bytes);
+  const double tree = 2.0 * log2_levels(p) * alpha + link_seconds(worst, 2.0 * bytes, link_burst_bytes);
   switch (allreduce) {
     case Allreduce::ring:
       return ring;
     case Allreduce::tree:
       return tree;
+    case Allreduce::binomial:
+      return binomial_allreduce_seconds(p, bytes);
     case Allreduce::automatic:
       break;
   }

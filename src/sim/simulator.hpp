@@ -25,13 +25,21 @@ namespace antdt::sim {
 struct NetworkModel {
   // ring: 2(p-1) latencies, 2(p-1)/p x bytes over the slowest link; tree: a pipelined double
   // binary tree, 2 ceil(log2 p) latencies and 2 x bytes; automatic: the faster of the two for
-  // the size, as NCCL picks.
-  enum class Allreduce { automatic, ring, tree };
+  // the size, as NCCL picks. binomial: what antdt's MPI reducer gets from Open MPI 4.1 (an
+  // in-place MPI_Iallreduce, which libnbc always runs as a reduce to rank 0 along a binomial
+  // tree and a broadcast back along it, the whole vector in every message): each message
+  // waits for its sender's subtree, crosses the slower of its two links, and a sender's
+  // concurrent broadcast messages share its link (binomial_allreduce_seconds).
+  enum class Allreduce { automatic, ring, tree, binomial };
   Allreduce allreduce = Allreduce::automatic;
   double alpha = 5e-6;              // seconds per message on a link
   double beta = 1.0 / 10e9;         // seconds per byte on a link (10 GB/s)
   std::vector<double> link_factor;  // per rank, multiplies its beta (empty or 1: nominal)
-  double atomic_seconds = 2e-6;     // one remote atomic on rank 0's pool counter (pooled steps)
+  // A slow link limited by a token bucket (tc tbf, a cloud VM's burst credits): the first
+  // `link_burst_bytes` of an all-reduce's traffic each way cross it at the nominal beta, the
+  // bucket having refilled while the link idled in the compute (0: no bucket).
+  double link_burst_bytes = 0.0;
+  double atomic_seconds = 2e-6;  // one remote atomic on rank 0's pool counter (pooled steps)
 
   // The gradient all-reduce of `bytes` over `p` ranks.
   [[nodiscard]] double allreduce_seconds(int p, double bytes) const;
@@ -41,6 +49,11 @@ struct NetworkModel {
   // A broadcast of `bytes` from rank 0 (binomial tree).
   [[nodiscard]] double broadcast_seconds(int p, double bytes) const;
   [[nodiscard]] double worst_beta(int p) const;
+  // Rank r's link factor (1 where none is given).
+  [[nodiscard]] double factor(int rank) const;
+  // Seconds for `bytes` one way over a link of this factor, `burst` of them at the nominal beta.
+  [[nodiscard]] double link_seconds(double factor, double bytes, double burst) const;
+  [[nodiscard]] double binomial_allreduce_seconds(int p, double bytes) const;
 };
 
 struct SimConfig {

@@ -113,3 +113,60 @@ TEST(Simulator, AtScaleDdDoesNotChaseTheNoiseOfItsEstimates) {
   EXPECT_LE(late, (c.steps - 50) / 100);
   EXPECT_GT(r.settled_efficiency, 0.85);
 }
+
+// The binomial all-reduce (antdt's MPI reducer on Open MPI 4.1) against its schedule worked by
+// hand, in units of one whole-vector message on a nominal link (alpha 0, bytes x beta = 1).
+TEST(SimulatorNetwork, BinomialFollowsTheReduceAndBroadcastTrees) {
+  antdt::sim::NetworkModel m;
+  m.allreduce = antdt::sim::NetworkModel::Allreduce::binomial;
+  m.alpha = 0.0;
+  m.beta = 1.0;
+  EXPECT_DOUBLE_EQ(m.allreduce_seconds(1, 1.0), 0.0);
+  // 2 ranks: 1 -> 0, then 0 -> 1, one after the other (a ring overlaps them: 1).
+  EXPECT_DOUBLE_EQ(m.allreduce_seconds(2, 1.0), 2.0);
+  // 4 ranks: 1 -> 0 and 3 -> 2, then 2 -> 0; rank 0 sends to 1 and 2 at once (its link
+  // shared: 2), then 1 -> 3.
+  EXPECT_DOUBLE_EQ(m.allreduce_seconds(4, 1.0), 5.0);
+  // Rank 3's link 8 times slower: 3 -> 2 (8), 2 -> 0 (9), 0 -> 1 and 2 (11), 1 -> 3 (19).
+  m.link_factor = {1, 1, 1, 8};
+  EXPECT_DOUBLE_EQ(m.allreduce_seconds(4, 1.0), 19.0);
+  // Rank 0's link slow: every round of the reduce ends at it (8, 16), and it sends to both
+  // children over it (2 x 8).
+  m.link_factor = {8, 1, 1, 1};
+  EXPECT_DOUBLE_EQ(m.allreduce_seconds(4, 1.0), 33.0);
+  // A token bucket of half a vector on rank 3's slow link, out of it and into it: its message
+  // out (the reduce) and its message in (the broadcast) each cross half at the nominal speed.
+  m.link_factor = {1, 1, 1, 8};
+  m.link_burst_bytes = 0.5;
+  EXPECT_DOUBLE_EQ(m.allreduce_seconds(4, 1.0), 19.0 - 2 * 3.5);
+  // The ring: 1.5 vectors each way over the slow link, 0.5 of it from the bucket.
+  m.allreduce = antdt::sim::NetworkModel::Allreduce::ring;
+  EXPECT_DOUBLE_EQ(m.allreduce_seconds(4, 1.0), 0.5 + 1.0 * 8);
+  m.allreduce = antdt::sim::NetworkModel::Allreduce::binomial;
+  m.link_burst_bytes = 0.0;
+  // The latency alone: 2 log2(p) messages on the longest path (to the last rank).
+  m.link_factor.clear();
+  m.alpha = 0.5;
+  m.beta = 0.0;
+  EXPECT_DOUBLE_EQ(m.allreduce_seconds(4, 1.0), 2.0);
+  EXPECT_DOUBLE_EQ(m.allreduce_seconds(8, 1.0), 3.0 * 0.5 + 3.0 * 0.5);
+}
+
+// The simulator's step pays the binomial all-reduce in full: a static run's step time grows
+// by its value and not by the ring's.
+TEST(SimulatorNetwork, AStepPaysTheChosenAllreduce) {
+  SimConfig c = config({1, 1, 1, 1}, "static");
+  c.gradient_bytes = 1'000'000;
+  c.network.alpha = 0.0;
+  c.network.beta = 1e-9;  // 1 ms for the vector on a link
+  c.network.link_factor = {1, 1, 1, 8};
+  const auto step = [&](antdt::sim::NetworkModel::Allreduce a) {
+    c.network.allreduce = a;
+    const auto r = simulate(c);
+    EXPECT_GT(r.allreduce_seconds, 0.0);
+    return r.seconds / static_cast<double>(r.steps);
+  };
+  const double ring = step(antdt::sim::NetworkModel::Allreduce::ring);
+  const double binomial = step(antdt::sim::NetworkModel::Allreduce::binomial);
+  EXPECT_NEAR(binomial - ring, 19e-3 - 1.5 * 8e-3, 1e-6);
+}
