@@ -225,8 +225,10 @@ int run(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--network", network,
                  "Simulated all-reduce: auto (NCCL's pick: the faster of ring and tree for the size), ring, tree, "
-                 "or binomial (antdt's MPI reducer on Open MPI 4.1: a binomial reduce and broadcast)")
-      ->check(CLI::IsMember({"auto", "ring", "tree", "binomial"}))
+                 "binomial (a reduce and a broadcast along binomial trees), rabenseifner (reduce-scatter and "
+                 "all-gather), or mpi (antdt's MPI reducer on Open MPI 4.1: rabenseifner from 4 ranks and 64 KiB, "
+                 "binomial below)")
+      ->check(CLI::IsMember({"auto", "ring", "tree", "binomial", "rabenseifner", "mpi"}))
       ->capture_default_str();
   app.add_option("--link-alpha", config.network.alpha, "Simulated network: latency per message on a link (s)")
       ->check(CLI::NonNegativeNumber)
@@ -295,10 +297,12 @@ int run(int argc, char** argv) {
   if (!schedule_text.empty()) config.emulation.schedule = antdt::parse_schedule(schedule_text);
   if (!slow_links.empty()) config.network.link_factor = link_factors(slow_links, world);
   using Allreduce = antdt::sim::NetworkModel::Allreduce;
-  config.network.allreduce = network == "tree"       ? Allreduce::tree
-                             : network == "ring"     ? Allreduce::ring
-                             : network == "binomial" ? Allreduce::binomial
-                                                     : Allreduce::automatic;
+  config.network.allreduce = network == "tree"           ? Allreduce::tree
+                             : network == "ring"         ? Allreduce::ring
+                             : network == "binomial"     ? Allreduce::binomial
+                             : network == "rabenseifner" ? Allreduce::rabenseifner
+                             : network == "mpi"          ? Allreduce::mpi
+                                                         : Allreduce::automatic;
   config.charge_decision_time = !no_charge;
   config.pool_mechanism = nd_pool == "deadline" ? antdt::PoolMechanism::deadline : antdt::PoolMechanism::counter;
   for (auto& cap : caps) {

@@ -15,12 +15,12 @@
 #   - --gradient-bytes: the model's parameters x 4.
 # It prints, per case, the measured step time (the median of rank 0's step wall time over the
 # steps after the 5th; the median of REPEATS runs, default 3) and the simulator's prediction
-# with each all-reduce model, and their ratios:
-#   - binomial: what antdt's reduction is on Open MPI 4.1 (an in-place MPI_Iallreduce, which
-#     libnbc runs as a binomial reduce and broadcast whatever the size: docs/benchmarks.md);
-#   - auto: the faster of a ring and a tree, as NCCL picks (antdt's reduction on GPUs);
-# and, as a control, the same run with Open MPI's blocking all-reduce forced to the ring by a
-# coll_tuned rules file, which must not move antdt's step (its reduction is non-blocking).
+# with two all-reduce models, and their ratios:
+#   - mpi: what antdt's reduction is on Open MPI 4.1 (a non-blocking MPI_Iallreduce, which
+#     libnbc runs as a binomial reduce and broadcast below 4 ranks or 64 KiB, and, since antdt
+#     then sends from a copy, as Rabenseifner's reduce-scatter and all-gather above:
+#     docs/benchmarks.md);
+#   - auto: the faster of a ring and a tree, as NCCL picks (antdt's reduction on GPUs).
 set -euo pipefail
 build=$(cd "${1:?BUILD_DIR}" && pwd); rate=${2:-50mbit}
 src=$(cd "$(dirname "$0")/../.." && pwd)
@@ -48,12 +48,6 @@ w = [int(x) for x in '$layers'.split(',')]
 print(4 * sum(a * b + b for a, b in zip(w, w[1:])))")
 
 repeats=${REPEATS:-3}
-# The ring for all-reduces of 8 kB and more, Open MPI's own choice below (forcing the ring on
-# every all-reduce, coll_tuned_allreduce_algorithm=4, crashed a rank now and then inside the
-# small all-reduce of MPI_Comm_split_type). Collective 2 is the all-reduce; the rule holds from
-# 2 processes up; algorithm 0 is Open MPI's fixed choice, 4 the ring.
-printf '1\n2\n1\n2\n2\n0 0 0 0\n8192 4 0 0\n' > "$D/ring.rules"
-ring=(OMPI_MCA_coll_tuned_use_dynamic_rules=1 OMPI_MCA_coll_tuned_dynamic_rules_filename="$D/ring.rules")
 idle() {  # until the previous job has left every node (a step started beside it waits or fails)
   for _ in $(seq 100); do [ -z "$(squeue -h 2>/dev/null)" ] && return 0; sleep 0.1; done
 }
@@ -135,8 +129,8 @@ slow_factor=$(python3 -c "print((8.0 / $rate_bps) / $beta)")
 echo "limited link: $rate = $(python3 -c "print($rate_bps / 8e6)") MB/s, $slow_factor x beta"
 echo "gradient: $grad_bytes bytes ($layers); compute $per_rank samples x $c s per rank and step"
 echo
-printf "%-6s %-8s | %9s | %-20s | %-20s | %s\n" "" "" "" "sim binomial" "sim auto" "ring rules"
-printf "%-6s %-8s | %9s | %9s %9s | %9s %9s | %9s\n" nodes link measured predicted ratio predicted ratio "/ measured"
+printf "%-6s %-8s | %9s | %-20s | %-20s\n" "" "" "" "sim mpi" "sim auto"
+printf "%-6s %-8s | %9s | %9s %9s | %9s %9s\n" nodes link measured predicted ratio predicted ratio
 for limit in free "$rate"; do
   for p in 2 3 4; do
     factor=""
@@ -144,16 +138,13 @@ for limit in free "$rate"; do
       "$netns" limit "$D/slurm" "n$p" "$rate"
       factor=$slow_factor
     fi
-    pred=$(predict binomial $p "$overhead" "$alpha" "$beta" "$factor")
+    pred=$(predict mpi $p "$overhead" "$alpha" "$beta" "$factor")
     pred_auto=$(predict auto $p "$overhead" "$alpha" "$beta" "$factor")
     meas=$(measure $p)
-    meas_ring=$(measure $p "${ring[@]}")
     [ "$limit" = free ] || "$netns" limit "$D/slurm" "n$p" off
-    printf "%-6s %-8s | %9.4f | %9.4f %9.3f | %9.4f %9.3f | %9.3f\n" "$p" "$limit" "$meas" "$pred" \
-      "$(python3 -c "print($meas / $pred)")" "$pred_auto" "$(python3 -c "print($meas / $pred_auto)")" \
-      "$(python3 -c "print($meas_ring / $meas)")"
+    printf "%-6s %-8s | %9.4f | %9.4f %9.3f | %9.4f %9.3f\n" "$p" "$limit" "$meas" "$pred" \
+      "$(python3 -c "print($meas / $pred)")" "$pred_auto" "$(python3 -c "print($meas / $pred_auto)")"
   done
 done
-echo "step times in seconds (median of $repeats runs); ratio = measured / predicted (1.000: the simulator is exact);"
-echo "ring rules: the step with Open MPI's blocking all-reduce forced to the ring, over the step without"
+echo "step times in seconds (median of $repeats runs); ratio = measured / predicted (1.000: the simulator is exact)"
 echo "== load average at the end $(cut -d' ' -f1-3 /proc/loadavg)"

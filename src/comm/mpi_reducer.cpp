@@ -1,6 +1,7 @@
 // MPI reduction of the fused gradient buffer, and the backend list / selection.
 //
-// Host buffers are reduced in place with MPI_Allreduce(MPI_IN_PLACE, MPI_SUM). Device buffers
+// Host buffers are reduced with MPI_Iallreduce(MPI_SUM), in place or, where that picks a better
+// algorithm in Open MPI (detail::send_copy_pays: 4 ranks, 64 KiB), from a copy. Device buffers
 // (a CUDA model whose ranks cannot use NCCL) are staged through a page-locked host copy,
 // because Open MPI here is not CUDA-aware. Counts above INT_MAX go in INT_MAX-sized pieces (MPI counts are int).
 //
@@ -47,11 +48,20 @@ void allreduce_host(MPI_Comm comm, float* buffer, std::int64_t count) {
   });
 }
 
-// The MPI_Iallreduce of `count` floats at `data`, its requests appended to `requests`.
-void start_allreduce(MPI_Comm comm, float* data, std::int64_t count, std::vector<MPI_Request>& requests) {
+// The MPI_Iallreduce of `count` floats at `data`, its requests appended to `requests`. In
+// place, or from `send_copy` (as many floats, kept until the requests complete; may be null
+// where no piece pays) where detail::send_copy_pays says so.
+void start_allreduce(MPI_Comm comm, float* data, std::int64_t count, float* send_copy,
+                     std::vector<MPI_Request>& requests) {
   for_each_piece(data, count, [&](float* first, int piece) {
+    const void* send = MPI_IN_PLACE;
+    if (send_copy != nullptr && detail::send_copy_pays(comm, piece, MPI_FLOAT)) {
+      float* copy = send_copy + (first - data);
+      std::copy(first, first + piece, copy);
+      send = copy;
+    }
     requests.push_back(MPI_REQUEST_NULL);
-    ANTDT_CHECK_MPI(MPI_Iallreduce(MPI_IN_PLACE, first, piece, MPI_FLOAT, MPI_SUM, comm, &requests.back()));
+    ANTDT_CHECK_MPI(MPI_Iallreduce(send, first, piece, MPI_FLOAT, MPI_SUM, comm, &requests.back()));
   });
 }
 
@@ -78,13 +88,14 @@ void check_buckets(const std::vector<GradientBucket>& buckets, std::int64_t coun
 class MpiOverlap final : public OverlappedReduction {
  public:
   MpiOverlap(MPI_Comm comm, float* buffer, std::int64_t count, std::vector<GradientBucket> buckets, float* staging,
-             bool blocking)
+             bool blocking, float* send_copy)
       : comm_(comm),
         buffer_(buffer),
         count_(count),
         buckets_(std::move(buckets)),
         staging_(staging),
-        blocking_(blocking) {}
+        blocking_(blocking),
+        send_copy_(send_copy) {}
   MpiOverlap(const MpiOverlap&) = delete;
   MpiOverlap& operator=(const MpiOverlap&) = delete;
   ~MpiOverlap() override {
@@ -135,7 +146,7 @@ class MpiOverlap final : public OverlappedReduction {
     if (blocking_) {
       allreduce_host(comm_, data, b.count);
     } else {
-      start_allreduce(comm_, data, b.count, requests_);
+      start_allreduce(comm_, data, b.count, send_copy_ != nullptr ? send_copy_ + b.offset : nullptr, requests_);
     }
     ++started_;
   }
@@ -147,6 +158,7 @@ class MpiOverlap final : public OverlappedReduction {
   float* staging_;  // nullptr for a host buffer
   bool blocking_;   // MPI_Allreduce per bucket (every rank's buffers on a device), else MPI_Iallreduce
   std::vector<MPI_Request> requests_;
+  float* send_copy_;  // count_ floats the buckets are sent from (detail::send_copy_pays), or nullptr
   std::size_t started_ = 0;
   bool finished_ = false;
 };
@@ -181,8 +193,14 @@ class MpiReducer final : public GradientReducer {
     if (count < 0) throw UsageError("begin_overlapped: negative count");
     check_buckets(buckets, count);
     if (device_buffers_) staging_.resize(static_cast<std::size_t>(count));
+    const bool blocking = all_device_buffers_ == 1;
+    const bool copies = !blocking && std::any_of(buckets.begin(), buckets.end(), [&](const GradientBucket& b) {
+      return detail::send_copy_pays(comm_, static_cast<int>(std::min<std::int64_t>(b.count, INT_MAX)), MPI_FLOAT);
+    });
+    if (copies) send_copy_.resize(static_cast<std::size_t>(count));  // kept from step to step
     return std::make_unique<MpiOverlap>(comm_, buffer, count, std::move(buckets),
-                                        device_buffers_ ? staging_.data() : nullptr, all_device_buffers_ == 1);
+                                        device_buffers_ ? staging_.data() : nullptr, blocking,
+                                        copies ? send_copy_.data() : nullptr);
   }
 
  private:
@@ -190,6 +208,7 @@ class MpiReducer final : public GradientReducer {
   bool device_buffers_;
   int all_device_buffers_ = 0;  // 1 when every rank's are: overlapped buckets then go by blocking MPI_Allreduce
   HostVector<float> staging_;
+  std::vector<float> send_copy_;  // what overlapped buckets are sent from (detail::send_copy_pays)
 };
 
 // True on every rank when no two ranks on one node use the same GPU. Collective over comm.

@@ -307,6 +307,54 @@ double NetworkModel::binomial_allreduce_seconds(int p, double bytes) const {
   return done;
 }
 
+double NetworkModel::rabenseifner_allreduce_seconds(int p, double bytes) const {
+  std::vector<double> out_burst(static_cast<std::size_t>(p), link_burst_bytes), in_burst = out_burst;
+  std::vector<double> clock(static_cast<std::size_t>(p), 0.0);
+  const auto at = [](std::vector<double>& v, int rank) -> double& { return v[static_cast<std::size_t>(rank)]; };
+  // `n` bytes from `from` to `to`: the slower of its way out and its way in.
+  const auto way = [&](int from, int to, double n) {
+    const auto through = [&](std::vector<double>& left, int rank) {
+      const double t = link_seconds(factor(rank), n, at(left, rank));
+      at(left, rank) = std::max(0.0, at(left, rank) - n);
+      return t;
+    };
+    return std::max(through(out_burst, from), through(in_burst, to));
+  };
+  // a and b exchange (b_to_a may be 0: a one-way message); both wait for the other.
+  const auto exchange = [&](int a, int b, double a_to_b, double b_to_a) {
+    const double start = std::max(at(clock, a), at(clock, b));
+    const double took = alpha + std::max(way(a, b, a_to_b), b_to_a > 0.0 ? way(b, a, b_to_a) : 0.0);
+    at(clock, a) = at(clock, b) = start + took;
+  };
+  int pof2 = 1;
+  while (pof2 * 2 <= p) pof2 *= 2;
+  const int folded = p - pof2;
+  // Ranks 0 .. 2 folded - 1 in pairs: they swap halves, and the odd one sends its reduced half
+  // to the even one, which stands for both from then on.
+  for (int i = 0; i < folded; ++i) {
+    exchange(2 * i, 2 * i + 1, bytes / 2.0, bytes / 2.0);
+    exchange(2 * i + 1, 2 * i, bytes / 2.0, 0.0);
+  }
+  const auto rank_of = [&](int v) { return v < folded ? 2 * v : v + folded; };
+  // The reduce-scatter: distance 1, 2, 4, ...; half the window each way, the window halved.
+  double window = bytes;
+  for (int mask = 1; mask < pof2; mask *= 2) {
+    for (int v = 0; v < pof2; ++v) {
+      if ((v & mask) == 0) exchange(rank_of(v), rank_of(v | mask), window / 2.0, window / 2.0);
+    }
+    window /= 2.0;
+  }
+  // The all-gather: the distances back down, the window doubled.
+  for (int mask = pof2 / 2; mask >= 1; mask /= 2) {
+    for (int v = 0; v < pof2; ++v) {
+      if ((v & mask) == 0) exchange(rank_of(v), rank_of(v | mask), window, window);
+    }
+    window *= 2.0;
+  }
+  for (int i = 0; i < folded; ++i) exchange(2 * i, 2 * i + 1, bytes, 0.0);  // the result to the folded ranks
+  return *std::max_element(clock.begin(), clock.end());
+}
+
 double NetworkModel::allreduce_seconds(int p, double bytes) const {
   if (p <= 1) return 0.0;
   // The slowest link carries 2(p-1)/p x bytes each way in a ring, 2 x bytes in a tree.
@@ -321,6 +369,11 @@ double NetworkModel::allreduce_seconds(int p, double bytes) const {
       return tree;
     case Allreduce::binomial:
       return binomial_allreduce_seconds(p, bytes);
+    case Allreduce::rabenseifner:
+      return rabenseifner_allreduce_seconds(p, bytes);
+    case Allreduce::mpi:  // antdt's MPI reducer (transport/guard.hpp, send_copy_pays)
+      return p >= 4 && bytes >= 65536.0 ? rabenseifner_allreduce_seconds(p, bytes)
+                                        : binomial_allreduce_seconds(p, bytes);
     case Allreduce::automatic:
       break;
   }

@@ -29,8 +29,12 @@ struct NetworkModel {
   // in-place MPI_Iallreduce, which libnbc always runs as a reduce to rank 0 along a binomial
   // tree and a broadcast back along it, the whole vector in every message): each message
   // waits for its sender's subtree, crosses the slower of its two links, and a sender's
-  // concurrent broadcast messages share its link (binomial_allreduce_seconds).
-  enum class Allreduce { automatic, ring, tree, binomial };
+  // concurrent broadcast messages share its link (binomial_allreduce_seconds). rabenseifner:
+  // libnbc's reduce-scatter by recursive halving and all-gather by doubling, ranks beyond a
+  // power of two folded in first and served last (rabenseifner_allreduce_seconds). mpi: what
+  // antdt's reduction gets from Open MPI 4.1 at this size: rabenseifner from 4 ranks and
+  // 64 KiB (antdt then sends from a copy), binomial below.
+  enum class Allreduce { automatic, ring, tree, binomial, rabenseifner, mpi };
   Allreduce allreduce = Allreduce::automatic;
   double alpha = 5e-6;              // seconds per message on a link
   double beta = 1.0 / 10e9;         // seconds per byte on a link (10 GB/s)
@@ -54,6 +58,7 @@ struct NetworkModel {
   // Seconds for `bytes` one way over a link of this factor, `burst` of them at the nominal beta.
   [[nodiscard]] double link_seconds(double factor, double bytes, double burst) const;
   [[nodiscard]] double binomial_allreduce_seconds(int p, double bytes) const;
+  [[nodiscard]] double rabenseifner_allreduce_seconds(int p, double bytes) const;
 };
 
 struct SimConfig {

@@ -162,7 +162,16 @@ class GuardInstall {
 
 // MPI_Waitall, guarded by the installed Guard.
 void wait_requests(std::span<MPI_Request> requests);
-// The collectives antdt needs, non-blocking and waited for by wait_requests.
+// Whether an in-place all-reduce of `count` elements of `type` over `comm` should be given a
+// copy of its buffer to send from. Open MPI 4.1 runs every non-blocking all-reduce in its
+// libnbc component, which runs an in-place one as a binomial reduce to rank 0 and a broadcast
+// back (2 ceil(log2 p) whole vectors on the longest path, rank 0's link carrying 2 log2 p),
+// whatever its size; given a separate send buffer of 64 KiB or more on 4 ranks or more, it
+// runs Rabenseifner's reduce-scatter and all-gather instead (2 (p-1)/p of the vector each way
+// over every link). The copy is one pass over memory. False for other MPI libraries.
+[[nodiscard]] bool send_copy_pays(MPI_Comm comm, int count, MPI_Datatype type);
+// The collectives antdt needs, non-blocking and waited for by wait_requests. An in-place
+// all-reduce sends from a copy where send_copy_pays says so.
 void allreduce(const void* send, void* receive, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm);
 void bcast(void* buffer, int count, MPI_Datatype type, int root, MPI_Comm comm);
 void barrier(MPI_Comm comm);

@@ -18,6 +18,7 @@
 #include "model/model.hpp"
 #include "runtime/device_copy.hpp"
 #include "transport/comm.hpp"
+#include "transport/guard.hpp"
 
 #if ANTDT_HAVE_NCCL
 #include <nccl.h>
@@ -329,6 +330,45 @@ TEST(MpiReducer, SumsHostBuffersInPlace) {
     ASSERT_EQ(buffer[static_cast<std::size_t>(i)], static_cast<float>((i % 17) * n * (n + 1) / 2)) << "index " << i;
   }
   reducer->allreduce_sum(buffer.data(), 0);  // an empty reduction is legal
+}
+
+// Large buffers on 4 ranks or more are sent from a copy (Open MPI's libnbc then runs
+// Rabenseifner's algorithm instead of a binomial tree): the sums are the same, fused and
+// overlapped, with a large and a small bucket, step after step (the copy is reused).
+TEST(MpiReducer, SendsLargeBuffersFromACopyWithTheSameSums) {
+  Communicator comm = Communicator::duplicate(MPI_COMM_WORLD);
+  const int n = comm.size();
+  const std::int64_t large = (1 << 14) + 5, small = 100, count = large + small;  // 64 KiB + 20 bytes
+#if defined(OPEN_MPI) && OPEN_MPI
+  EXPECT_EQ(detail::send_copy_pays(comm.get(), static_cast<int>(large), MPI_FLOAT), n >= 4);
+  EXPECT_FALSE(detail::send_copy_pays(comm.get(), (1 << 14) - 1, MPI_FLOAT));  // under 64 KiB
+#else
+  EXPECT_FALSE(detail::send_copy_pays(comm.get(), static_cast<int>(large), MPI_FLOAT));
+#endif
+  auto reducer = make_reducer(comm, DeviceInfo{});
+  std::vector<float> buffer(static_cast<std::size_t>(count));
+  for (int step = 0; step < 3; ++step) {
+    const auto fill = [&] {
+      for (std::int64_t i = 0; i < count; ++i)
+        buffer[static_cast<std::size_t>(i)] = static_cast<float>((i % 13 + step) * (comm.rank() + 1));
+    };
+    const auto check = [&](const char* how) {
+      for (std::int64_t i = 0; i < count; ++i) {
+        ASSERT_EQ(buffer[static_cast<std::size_t>(i)], static_cast<float>((i % 13 + step) * n * (n + 1) / 2))
+            << how << ", step " << step << ", index " << i;
+      }
+    };
+    fill();
+    reducer->allreduce_sum(buffer.data(), count);
+    check("fused");
+    fill();
+    auto pending = reducer->begin_overlapped(buffer.data(), count, {{0, large}, {large, small}});
+    pending->ready(0);
+    pending->poll();
+    pending->ready(1);
+    pending->finish();
+    check("overlapped");
+  }
 }
 
 TEST(Nccl, LibraryLoadsAndReportsItsVersion) {

@@ -152,6 +152,34 @@ TEST(SimulatorNetwork, BinomialFollowsTheReduceAndBroadcastTrees) {
   EXPECT_DOUBLE_EQ(m.allreduce_seconds(8, 1.0), 3.0 * 0.5 + 3.0 * 0.5);
 }
 
+// Rabenseifner's all-reduce as libnbc schedules it, worked by hand in the same units.
+TEST(SimulatorNetwork, RabenseifnerHalvesThenDoubles) {
+  using Allreduce = antdt::sim::NetworkModel::Allreduce;
+  antdt::sim::NetworkModel m;
+  m.allreduce = Allreduce::rabenseifner;
+  m.alpha = 0.0;
+  m.beta = 1.0;
+  // 4 ranks: halves (0.5), quarters (0.25), then back: 1.5, a ring's.
+  EXPECT_DOUBLE_EQ(m.allreduce_seconds(4, 1.0), 1.5);
+  // Rank 3's link 8 times slower: every round it is in waits for it, 1.5 x 8 in all.
+  m.link_factor = {1, 1, 1, 8};
+  EXPECT_DOUBLE_EQ(m.allreduce_seconds(4, 1.0), 12.0);
+  // 3 ranks: 0 and 1 swap halves (0.5) and 1 sends its half back (1.0); 0 and 2 reduce-scatter
+  // (1.5) and all-gather (2.0); 0 sends the result to 1 (3.0).
+  m.link_factor.clear();
+  EXPECT_DOUBLE_EQ(m.allreduce_seconds(3, 1.0), 3.0);
+  // mpi: binomial below 4 ranks or 64 KiB, rabenseifner from there (antdt's MPI reducer).
+  m.allreduce = Allreduce::mpi;
+  m.beta = 1.0 / 65536.0;
+  antdt::sim::NetworkModel binomial = m, rabenseifner = m;
+  binomial.allreduce = Allreduce::binomial;
+  rabenseifner.allreduce = Allreduce::rabenseifner;
+  EXPECT_DOUBLE_EQ(m.allreduce_seconds(4, 65536.0), rabenseifner.allreduce_seconds(4, 65536.0));
+  EXPECT_DOUBLE_EQ(m.allreduce_seconds(4, 65535.0), binomial.allreduce_seconds(4, 65535.0));
+  EXPECT_DOUBLE_EQ(m.allreduce_seconds(3, 1e6), binomial.allreduce_seconds(3, 1e6));
+  EXPECT_LT(m.allreduce_seconds(8, 1e6), binomial.allreduce_seconds(8, 1e6) / 2.0);
+}
+
 // The simulator's step pays the binomial all-reduce in full: a static run's step time grows
 // by its value and not by the ring's.
 TEST(SimulatorNetwork, AStepPaysTheChosenAllreduce) {
