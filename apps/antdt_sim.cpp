@@ -29,6 +29,12 @@
 
 namespace {
 
+// 0 or more, in antdt's words ("-1 is not >= 0"), for an option of any number type.
+template <class T>
+CLI::Validator non_negative(const T&) {
+  return antdt::cli::at_least<T>(T{0});
+}
+
 using antdt::UsageError;
 
 std::string join(const std::vector<std::int64_t>& v, std::size_t limit = 16) {
@@ -153,13 +159,13 @@ int run(int argc, char** argv) {
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40));
   app.add_option("--steps", config.steps, "Steps to simulate")->check(CLI::Range(1, 1 << 30))->capture_default_str();
   app.add_option("--dataset-size", config.dataset_size, "Samples in the data set (0: 20 global batches)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative(config.dataset_size))
       ->capture_default_str();
   app.add_option("--epochs", config.max_epochs, "Stop after this many epochs (0: by --steps only)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative(config.max_epochs))
       ->capture_default_str();
   app.add_option("--shard-size", config.shard_size, "DDS shard length (0: about 10 per-rank shares)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative(config.shard_size))
       ->capture_default_str();
   app.add_option("--prefetch-steps", config.prefetch_steps,
                  "No effect (every rank computes its steps from the data order)")
@@ -176,7 +182,7 @@ int run(int argc, char** argv) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--overhead", config.overhead_seconds, "Data wait of every rank in every step (seconds)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative(config.overhead_seconds))
       ->capture_default_str();
   app.add_option("--jitter", config.emulation.jitter, "Uniform noise on compute: time x [1-j, 1+j], j in [0,1)")
       ->check(CLI::Range(0.0, 0.99))
@@ -194,10 +200,10 @@ int run(int argc, char** argv) {
       ->check(CLI::Range(0.0, 0.99))
       ->capture_default_str();
   app.add_option("--min-interval", ctl.min_interval, "dd: least steps between plan changes")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative(ctl.min_interval))
       ->capture_default_str();
   app.add_option("--warmup", ctl.warmup_steps, "Steps the Monitor ignores at the start")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative(ctl.warmup_steps))
       ->capture_default_str();
   app.add_option("--window", ctl.window, "Monitor window in steps")->check(CLI::Range(1, 10000))->capture_default_str();
   app.add_option("--persistence", ctl.persistence, "Consecutive steps a condition must hold before it counts")
@@ -207,7 +213,7 @@ int run(int argc, char** argv) {
       ->check(CLI::Range(0.01, 1.0))
       ->capture_default_str();
   app.add_option("--plan-lag", ctl.plan_lag, "Extra steps between deciding a plan and applying it")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative(ctl.plan_lag))
       ->capture_default_str();
   app.add_option("--reply-lag", config.reply_lag,
                  "1: rank 0 decides a step while the ranks compute the next (its decision time is charged only "
@@ -215,13 +221,13 @@ int run(int argc, char** argv) {
       ->check(CLI::Range(0, 1))
       ->capture_default_str();
   app.add_option("--alpha", ctl.cost.alpha, "Cost model (what the Controller plans with): allreduce latency (s)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative(ctl.cost.alpha))
       ->capture_default_str();
   app.add_option("--beta", ctl.cost.beta, "Cost model: seconds per byte (1/bandwidth)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative(ctl.cost.beta))
       ->capture_default_str();
   app.add_option("--gradient-bytes", config.gradient_bytes, "Bytes of the gradient all-reduce per step")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative(config.gradient_bytes))
       ->capture_default_str();
   app.add_option("--network", network,
                  "Simulated all-reduce: auto (NCCL's pick: the faster of ring and tree for the size), ring, tree, "
@@ -231,19 +237,19 @@ int run(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "ring", "tree", "binomial", "rabenseifner", "mpi"}))
       ->capture_default_str();
   app.add_option("--link-alpha", config.network.alpha, "Simulated network: latency per message on a link (s)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative(config.network.alpha))
       ->capture_default_str();
   app.add_option("--link-beta", config.network.beta, "Simulated network: seconds per byte on a link")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative(config.network.beta))
       ->capture_default_str();
   app.add_option("--link-burst", config.network.link_burst_bytes,
                  "Simulated network: a slow link's token bucket in bytes (tc tbf's burst): the first BYTES of an "
                  "all-reduce's traffic each way cross it at the nominal speed")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative(config.network.link_burst_bytes))
       ->capture_default_str();
   app.add_option("--link-atomic", config.network.atomic_seconds,
                  "Simulated network: one remote atomic on rank 0's pool counter (nd's claims), seconds")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative(config.network.atomic_seconds))
       ->capture_default_str();
   app.add_option("--backup-workers", config.backup_workers,
                  "nd: ranks a step may do without (default 1, or 0 on a single rank)")
@@ -261,14 +267,14 @@ int run(int argc, char** argv) {
   app.add_option("--restart-seconds", config.restart_seconds,
                  "nd: what one kill-restart costs (checkpoint, queue, relaunch), charged to the simulated time and "
                  "given to the Controller as its measured cost (0: unknown: no restart)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative(config.restart_seconds))
       ->capture_default_str();
   app.add_option("--max-restarts", ctl.restart.max_restarts, "nd: kill-restarts over the run")
       ->check(CLI::Range(0, 1000))
       ->capture_default_str();
   app.add_option("--chunk-overhead", config.chunk_overhead_seconds,
                  "nd: seconds per micro-chunk besides its compute and claims (its read)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative(config.chunk_overhead_seconds))
       ->capture_default_str();
   app.add_option("--slow-links", slow_links, "RANK,RANK...:FACTOR: these ranks' links are FACTOR times slower");
   app.add_flag("--no-charge-decision", no_charge,
