@@ -8,13 +8,14 @@
 // Overlapped (begin_overlapped), one all-reduce per bucket as the model reports it:
 //  - CUDA models on every rank: the model has queued its whole backward pass and copies each
 //    finished bucket into the page-locked staging buffer, so the host thread is idle while the
-//    device computes. A blocking MPI_Allreduce of the bucket there keeps Open MPI's tuned
-//    algorithm, and the device keeps computing the remaining layers meanwhile.
+//    device computes. Each bucket is reduced and waited for there at once (allreduce_host),
+//    and the device keeps computing the remaining layers meanwhile.
 //  - Host models: the host thread computes the remaining layers, so each bucket goes by
 //    MPI_Iallreduce, progressed by MPI_Testall from the model's poll() calls (Open MPI 4.1 has
 //    no progress thread: a non-blocking collective advances only inside MPI calls).
-// Blocking and non-blocking collectives do not match each other, so the choice is made once,
-// collectively: blocking only when every rank's buffers are on a device.
+// The choice is made once, collectively: waiting at once only when every rank's buffers are on a
+// device. (Both are the guarded MPI_Iallreduce since the stall guard; the choice dates from a
+// blocking MPI_Allreduce, which does not match a non-blocking one.)
 #include <algorithm>
 #include <climits>
 #include <cstddef>
@@ -42,10 +43,9 @@ void for_each_piece(float* data, std::int64_t count, F f) {
   }
 }
 
-void allreduce_host(MPI_Comm comm, float* buffer, std::int64_t count) {
-  for_each_piece(buffer, count, [&](float* first, int piece) {
-    detail::allreduce(MPI_IN_PLACE, first, piece, MPI_FLOAT, MPI_SUM, comm);
-  });
+// Whether an all-reduce of `count` floats has a piece that is sent from a copy.
+bool copy_pays(MPI_Comm comm, std::int64_t count) {
+  return detail::send_copy_pays(comm, static_cast<int>(std::min<std::int64_t>(count, INT_MAX)), MPI_FLOAT);
 }
 
 // The MPI_Iallreduce of `count` floats at `data`, its requests appended to `requests`. In
@@ -63,6 +63,13 @@ void start_allreduce(MPI_Comm comm, float* data, std::int64_t count, float* send
     requests.push_back(MPI_REQUEST_NULL);
     ANTDT_CHECK_MPI(MPI_Iallreduce(send, first, piece, MPI_FLOAT, MPI_SUM, comm, &requests.back()));
   });
+}
+
+// start_allreduce, waited for at once (guarded).
+void allreduce_host(MPI_Comm comm, float* buffer, std::int64_t count, float* send_copy) {
+  std::vector<MPI_Request> requests;
+  start_allreduce(comm, buffer, count, send_copy, requests);
+  detail::wait_requests(requests);
 }
 
 void check_buckets(const std::vector<GradientBucket>& buckets, std::int64_t count) {
@@ -143,10 +150,11 @@ class MpiOverlap final : public OverlappedReduction {
   void start(std::size_t index) {
     const GradientBucket& b = buckets_[index];
     float* data = (staging_ != nullptr ? staging_ : buffer_) + b.offset;
+    float* copy = send_copy_ != nullptr ? send_copy_ + b.offset : nullptr;
     if (blocking_) {
-      allreduce_host(comm_, data, b.count);
+      allreduce_host(comm_, data, b.count, copy);
     } else {
-      start_allreduce(comm_, data, b.count, send_copy_ != nullptr ? send_copy_ + b.offset : nullptr, requests_);
+      start_allreduce(comm_, data, b.count, copy, requests_);
     }
     ++started_;
   }
@@ -156,7 +164,7 @@ class MpiOverlap final : public OverlappedReduction {
   std::int64_t count_;
   std::vector<GradientBucket> buckets_;
   float* staging_;  // nullptr for a host buffer
-  bool blocking_;   // MPI_Allreduce per bucket (every rank's buffers on a device), else MPI_Iallreduce
+  bool blocking_;   // each bucket waited for at once (every rank's buffers on a device), else polled
   std::vector<MPI_Request> requests_;
   float* send_copy_;  // count_ floats the buckets are sent from (detail::send_copy_pays), or nullptr
   std::size_t started_ = 0;
@@ -177,14 +185,15 @@ class MpiReducer final : public GradientReducer {
 
   void allreduce_sum(float* buffer, std::int64_t count) override {
     if (count < 0) throw UsageError("allreduce_sum: negative count");
+    float* copy = send_copy(count, copy_pays(comm_, count));
     if (!device_buffers_) {
-      allreduce_host(comm_, buffer, count);
+      allreduce_host(comm_, buffer, count, copy);
       return;
     }
     staging_.resize(static_cast<std::size_t>(count));
     const std::size_t bytes = static_cast<std::size_t>(count) * sizeof(float);
     detail::copy_device_to_host(staging_.data(), buffer, bytes);
-    allreduce_host(comm_, staging_.data(), count);
+    allreduce_host(comm_, staging_.data(), count, copy);
     detail::copy_host_to_device(buffer, staging_.data(), bytes);
   }
 
@@ -193,22 +202,26 @@ class MpiReducer final : public GradientReducer {
     if (count < 0) throw UsageError("begin_overlapped: negative count");
     check_buckets(buckets, count);
     if (device_buffers_) staging_.resize(static_cast<std::size_t>(count));
-    const bool blocking = all_device_buffers_ == 1;
-    const bool copies = !blocking && std::any_of(buckets.begin(), buckets.end(), [&](const GradientBucket& b) {
-      return detail::send_copy_pays(comm_, static_cast<int>(std::min<std::int64_t>(b.count, INT_MAX)), MPI_FLOAT);
-    });
-    if (copies) send_copy_.resize(static_cast<std::size_t>(count));  // kept from step to step
+    float* copy = send_copy(count, std::any_of(buckets.begin(), buckets.end(),
+                                               [&](const GradientBucket& b) { return copy_pays(comm_, b.count); }));
     return std::make_unique<MpiOverlap>(comm_, buffer, count, std::move(buckets),
-                                        device_buffers_ ? staging_.data() : nullptr, blocking,
-                                        copies ? send_copy_.data() : nullptr);
+                                        device_buffers_ ? staging_.data() : nullptr, all_device_buffers_ == 1, copy);
   }
 
  private:
+  // The buffer a reduction of `count` floats is sent from where some of it pays for a copy
+  // (copy_pays), kept from step to step; nullptr where none does.
+  float* send_copy(std::int64_t count, bool pays) {
+    if (!pays) return nullptr;
+    send_copy_.resize(static_cast<std::size_t>(count));
+    return send_copy_.data();
+  }
+
   MPI_Comm comm_;  // not owned
   bool device_buffers_;
-  int all_device_buffers_ = 0;  // 1 when every rank's are: overlapped buckets then go by blocking MPI_Allreduce
+  int all_device_buffers_ = 0;  // 1 when every rank's are: overlapped buckets are then waited for at once
   HostVector<float> staging_;
-  std::vector<float> send_copy_;  // what overlapped buckets are sent from (detail::send_copy_pays)
+  std::vector<float> send_copy_;  // what large reductions are sent from (send_copy)
 };
 
 // True on every rank when no two ranks on one node use the same GPU. Collective over comm.

@@ -247,12 +247,14 @@ std::size_t plan_bytes(const Plan& p) {
 
 }  // namespace
 
-double NetworkModel::worst_beta(int p) const {
-  double factor = 1.0;
+double NetworkModel::worst_factor(int p) const {
+  double worst = 1.0;
   for (int i = 0; i < p && i < static_cast<int>(link_factor.size()); ++i)
-    factor = std::max(factor, link_factor[static_cast<std::size_t>(i)]);
-  return beta * factor;
+    worst = std::max(worst, link_factor[static_cast<std::size_t>(i)]);
+  return worst;
 }
+
+double NetworkModel::worst_beta(int p) const { return beta * worst_factor(p); }
 
 double NetworkModel::factor(int rank) const {
   return rank < static_cast<int>(link_factor.size()) ? std::max(1.0, link_factor[static_cast<std::size_t>(rank)]) : 1.0;
@@ -264,25 +266,43 @@ double NetworkModel::link_seconds(double f, double bytes, double burst) const {
   return (fast + (bytes - fast) * f) * beta;
 }
 
-double NetworkModel::binomial_allreduce_seconds(int p, double bytes) const {
-  // Each rank's link, out of it and into it: what is left of its bucket this all-reduce.
-  std::vector<double> out_burst(static_cast<std::size_t>(p), link_burst_bytes), in_burst = out_burst;
-  const auto through = [&](std::vector<double>& left, int rank, double n) {
-    const double t = link_seconds(factor(rank), n, left[static_cast<std::size_t>(rank)]);
-    left[static_cast<std::size_t>(rank)] = std::max(0.0, left[static_cast<std::size_t>(rank)] - n);
+namespace {
+
+// Each rank's link over one all-reduce, out of it and into it: the time of the bytes that cross
+// it, what is left of its token bucket spent in the order the messages are priced.
+class LinkBuckets {
+ public:
+  LinkBuckets(const NetworkModel& m, int p) : m_(m), out_(static_cast<std::size_t>(p), m.link_burst_bytes), in_(out_) {}
+  double out(int rank, double n) { return spend(out_, rank, n); }
+  double in(int rank, double n) { return spend(in_, rank, n); }
+  // `n` bytes from `from` to `to`: the slower of their way out and their way in.
+  double way(int from, int to, double n) { return std::max(out(from, n), in(to, n)); }
+
+ private:
+  double spend(std::vector<double>& left, int rank, double n) {
+    double& burst = left[static_cast<std::size_t>(rank)];
+    const double t = m_.link_seconds(m_.factor(rank), n, burst);
+    burst = std::max(0.0, burst - n);
     return t;
-  };
+  }
+  const NetworkModel& m_;
+  std::vector<double> out_, in_;
+};
+
+}  // namespace
+
+double NetworkModel::binomial_allreduce_seconds(int p, double bytes) const {
+  LinkBuckets links(*this, p);
   // A message of the whole vector to `to`, `out` seconds on its sender's way out: the slower of
   // its way out and its way in.
-  const auto message = [&](double out, int to) { return alpha + std::max(out, through(in_burst, to, bytes)); };
+  const auto message = [&](double out, int to) { return alpha + std::max(out, links.in(to, bytes)); };
   // The reduce (libnbc's order, root 0): in round r, rank v (a multiple of 2^r) receives the
   // sum of v + 2^(r-1)'s subtree once both have theirs; held[v]: when v holds its subtree's sum.
   std::vector<double> held(static_cast<std::size_t>(p), 0.0);
   for (int half = 1; half < p; half *= 2) {
     for (int v = 0; v + half < p; v += 2 * half) {
       const auto u = static_cast<std::size_t>(v);
-      held[u] =
-          std::max(held[u], held[u + static_cast<std::size_t>(half)]) + message(through(out_burst, v + half, bytes), v);
+      held[u] = std::max(held[u], held[u + static_cast<std::size_t>(half)]) + message(links.out(v + half, bytes), v);
     }
   }
   // The broadcast: rank v, once it has the result, sends it to all its children at once,
@@ -297,7 +317,7 @@ double NetworkModel::binomial_allreduce_seconds(int p, double bytes) const {
     for (int step = first; v + step < p; step *= 2) ++children;
     if (children == 0) continue;
     // Its messages leave at once and share its link: each takes as long as all of them.
-    const double out = through(out_burst, v, bytes * children);
+    const double out = links.out(v, bytes * children);
     for (int step = first; v + step < p; step *= 2) {
       const auto c = static_cast<std::size_t>(v + step);
       has[c] = has[static_cast<std::size_t>(v)] + message(out, v + step);
@@ -308,23 +328,14 @@ double NetworkModel::binomial_allreduce_seconds(int p, double bytes) const {
 }
 
 double NetworkModel::rabenseifner_allreduce_seconds(int p, double bytes) const {
-  std::vector<double> out_burst(static_cast<std::size_t>(p), link_burst_bytes), in_burst = out_burst;
+  LinkBuckets links(*this, p);
   std::vector<double> clock(static_cast<std::size_t>(p), 0.0);
-  const auto at = [](std::vector<double>& v, int rank) -> double& { return v[static_cast<std::size_t>(rank)]; };
-  // `n` bytes from `from` to `to`: the slower of its way out and its way in.
-  const auto way = [&](int from, int to, double n) {
-    const auto through = [&](std::vector<double>& left, int rank) {
-      const double t = link_seconds(factor(rank), n, at(left, rank));
-      at(left, rank) = std::max(0.0, at(left, rank) - n);
-      return t;
-    };
-    return std::max(through(out_burst, from), through(in_burst, to));
-  };
   // a and b exchange (b_to_a may be 0: a one-way message); both wait for the other.
   const auto exchange = [&](int a, int b, double a_to_b, double b_to_a) {
-    const double start = std::max(at(clock, a), at(clock, b));
-    const double took = alpha + std::max(way(a, b, a_to_b), b_to_a > 0.0 ? way(b, a, b_to_a) : 0.0);
-    at(clock, a) = at(clock, b) = start + took;
+    double& ta = clock[static_cast<std::size_t>(a)];
+    double& tb = clock[static_cast<std::size_t>(b)];
+    const double took = alpha + std::max(links.way(a, b, a_to_b), b_to_a > 0.0 ? links.way(b, a, b_to_a) : 0.0);
+    ta = tb = std::max(ta, tb) + took;
   };
   int pof2 = 1;
   while (pof2 * 2 <= p) pof2 *= 2;
@@ -358,8 +369,7 @@ double NetworkModel::rabenseifner_allreduce_seconds(int p, double bytes) const {
 double NetworkModel::allreduce_seconds(int p, double bytes) const {
   if (p <= 1) return 0.0;
   // The slowest link carries 2(p-1)/p x bytes each way in a ring, 2 x bytes in a tree.
-  double worst = 1.0;
-  for (int i = 0; i < p; ++i) worst = std::max(worst, factor(i));
+  const double worst = worst_factor(p);
   const double ring = 2.0 * (p - 1) * alpha + link_seconds(worst, 2.0 * (p - 1) / p * bytes, link_burst_bytes);
   const double tree = 2.0 * log2_levels(p) * alpha + link_seconds(worst, 2.0 * bytes, link_burst_bytes);
   switch (allreduce) {

@@ -53,6 +53,7 @@ struct NetworkModel {
   // A broadcast of `bytes` from rank 0 (binomial tree).
   [[nodiscard]] double broadcast_seconds(int p, double bytes) const;
   [[nodiscard]] double worst_beta(int p) const;
+  [[nodiscard]] double worst_factor(int p) const;  // the largest link factor among ranks 0 .. p-1, at least 1
   // Rank r's link factor (1 where none is given).
   [[nodiscard]] double factor(int rank) const;
   // Seconds for `bytes` one way over a link of this factor, `burst` of them at the nominal beta.
