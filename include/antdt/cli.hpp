@@ -486,8 +486,8 @@ inline void add_job_options(CLI::App& app, JobOptions& o) {
       ->capture_default_str();
   last(app.add_option("--wait-spin", s.wait_spin_seconds,
                       "Seconds a waiting rank polls before it sleeps between polls (0 to 1). Polling answers "
-                      "fastest; under a tight CPU quota (a container's CPU limit) it spends the quota, and 0 "
-                      "can be faster (docs/torch.md)"))
+                      "fastest; a rank under a CPU quota (a cgroup's, a container's CPU limit) does not poll, "
+                      "whatever this says: it would spend the quota (docs/controller.md)"))
       ->group(fail)
       ->check(in_range<double>(0.0, 1.0))
       ->capture_default_str();

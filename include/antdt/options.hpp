@@ -136,8 +136,9 @@ struct SessionOptions {
   // wait_spin_seconds, then sleeps between polls.
   double step_timeout_seconds = 600.0;
   // Seconds a guarded wait polls before it starts to nap (docs/errors.md). Polling answers
-  // fastest; a rank under a CPU quota spends its quota on it (docs/torch.md, "Where the cap
-  // binds"). In [0, 1].
+  // fastest. A rank whose cgroup CPU quota binds (fewer cores than it may run on) naps at once
+  // whatever this says: polling would spend its quota (docs/controller.md, "A rank the kernel
+  // holds back"). In [0, 1].
   double wait_spin_seconds = 0.02;
 };
 

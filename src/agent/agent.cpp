@@ -3,7 +3,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <numeric>
+
+#ifdef __linux__
+#include <fcntl.h>
+#include <unistd.h>
+#endif
 
 #include "antdt/error.hpp"
 #include "core/log.hpp"
@@ -13,6 +19,31 @@ namespace antdt::agent {
 
 double SteadyClock::now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double thread_run_delay_seconds() {
+#ifdef __linux__
+  // Fields: time on the CPU, time waiting to run, timeslices (nanoseconds, nanoseconds, count).
+  struct File {
+    int fd = ::open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+    ~File() {
+      if (fd >= 0) ::close(fd);
+    }
+  };
+  thread_local File file;
+  if (file.fd < 0) return 0.0;
+  char text[96];
+  const ssize_t n = ::pread(file.fd, text, sizeof text - 1, 0);
+  if (n <= 0) return 0.0;
+  text[n] = '\0';
+  const char* p = text;
+  while (*p != '\0' && *p != ' ') ++p;  // past the first field
+  char* end = nullptr;
+  const unsigned long long ns = std::strtoull(p, &end, 10);
+  return end == p ? 0.0 : static_cast<double>(ns) * 1e-9;
+#else
+  return 0.0;
+#endif
 }
 
 Agent::Agent(int rank, int world_size, const dds::LedgerOptions& ledger, const EmulationOptions& emulation,
@@ -79,12 +110,14 @@ StepWork Agent::begin() {
   compute_marked_ = false;
   data_wait_seconds_ = compute_seconds_ = reduce_seconds_ = 0.0;
   t_begin_ = t_data_ready_ = clock_->now();
+  held_window_start_ = clock_->held();
   return w;
 }
 
 void Agent::mark_data_ready() {
   t_data_ready_ = clock_->now();
   data_wait_seconds_ = t_data_ready_ - t_begin_;
+  held_window_start_ = clock_->held();
 }
 
 void Agent::mark_compute_done(double measured) {
@@ -97,6 +130,7 @@ void Agent::mark_compute_done(double measured) {
     return;
   }
   const double took = measured >= 0.0 ? measured : clock_->now() - t_data_ready_;
+  held_in_windows_ += clock_->held() - held_window_start_;
   const double target = emulator_.target_compute_seconds(took, samples_, step_);
   if (target > took) clock_->wait(target - took);
   compute_seconds_ = std::max(took, target);
@@ -155,6 +189,7 @@ std::vector<std::int64_t> Agent::next_chunk(StepPool* pool) {
   samples_ += got;
   ++micro_steps_;
   t_chunk_ = clock_->now();
+  held_window_start_ = clock_->held();
   return indices;
 }
 
@@ -176,12 +211,14 @@ std::vector<std::int64_t> Agent::next_chunk_by_deadline(std::int64_t want, doubl
   samples_ += chunk_;
   ++micro_steps_;
   t_chunk_ = clock_->now();
+  held_window_start_ = clock_->held();
   return indices;
 }
 
 void Agent::chunk_done(double measured) {
   if (chunk_ == 0) return;
   const double took = measured >= 0.0 ? measured : clock_->now() - t_chunk_;
+  held_in_windows_ += clock_->held() - held_window_start_;
   const double target = emulator_.target_compute_seconds(took, chunk_, step_);
   if (target > took) clock_->wait(target - took);
   compute_seconds_ += std::max(took, target);
@@ -195,6 +232,20 @@ protocol::StepReport Agent::report(double loss_sum, std::int64_t correct) {
     recent_rates_.push_back(static_cast<double>(samples_) / compute_seconds_);
     if (recent_rates_.size() > kRateWindow) recent_rates_.erase(recent_rates_.begin());
   }
+  // The time the kernel held this rank back since its last report, outside the windows that
+  // already count it (compute) or must not (waits, unless end_wait said they are charged).
+  const double held = clock_->held();
+  if (held_at_report_ >= 0.0) {
+    // A quota stops a rank in some steps and not in others: charge the mean of the last few
+    // steps, not the step's own, so that the Monitor sees a steady rate and not a noisy one.
+    recent_held_[held_count_++ % kHeldWindow] = std::max(0.0, held - held_at_report_ - held_in_windows_);
+    const std::size_t k = std::min<std::size_t>(held_count_, kHeldWindow);
+    compute_seconds_ +=
+        std::accumulate(recent_held_.begin(), recent_held_.begin() + static_cast<std::ptrdiff_t>(k), 0.0) /
+        static_cast<double>(k);
+  }
+  held_at_report_ = held;
+  held_in_windows_ = 0.0;
   protocol::StepReport r;
   r.step = step_;
   r.plan_version = plan().version;

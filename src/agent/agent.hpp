@@ -23,6 +23,7 @@
 #include <memory>
 #include <vector>
 
+#include <array>
 #include "agent/emulation.hpp"
 #include "agent/step_pool.hpp"
 #include "antdt/plan.hpp"
@@ -40,12 +41,20 @@ class Clock {
   virtual ~Clock() = default;
   [[nodiscard]] virtual double now() = 0;  // seconds, any fixed origin
   virtual void wait(double seconds) = 0;   // <= 0: returns at once
+  // Seconds the calling thread has spent ready to run but not running, any fixed origin: the
+  // kernel held it (a CPU quota used up, another job on its core). 0 where not known.
+  [[nodiscard]] virtual double held() { return 0.0; }
 };
+
+// The calling thread's run delay from /proc/thread-self/schedstat (Linux), in seconds; 0 where
+// the kernel does not give it. About a microsecond a call: the file stays open, per thread.
+[[nodiscard]] double thread_run_delay_seconds();
 
 class SteadyClock final : public Clock {
  public:
   [[nodiscard]] double now() override;
   void wait(double seconds) override { wait_for(seconds); }
+  [[nodiscard]] double held() override { return thread_run_delay_seconds(); }
 };
 
 class VirtualClock final : public Clock {
@@ -93,13 +102,26 @@ class Agent {
   // returned); waits out the emulated slowdown of the chunk.
   void chunk_done(double measured = -1.0);
   void add_reduce_seconds(double seconds) { reduce_seconds_ += seconds; }
+  // The caller waits for other ranks (the reduction, the control exchange) between these two.
+  // Time the kernel holds this rank back there is charged to it (see report()) only when
+  // `charged`: when the rank naps as it waits, under a CPU quota, being held there means its
+  // own work used up the quota. A rank that polls would be charged for its own polling.
+  void begin_wait() { held_window_start_ = clock_->held(); }
+  void end_wait(bool charged) {
+    if (!charged) held_in_windows_ += clock_->held() - held_window_start_;
+  }
   // Asks the run to stop after the current (or next) step: the next report carries it. Safe to
   // call from a signal handler (one volatile sig_atomic_t store).
   void request_stop() noexcept { stop_asked_ = 1; }
   // Asks every rank to checkpoint after the current step (only that one: the request is cleared
   // by the report that carries it).
   void request_checkpoint() noexcept { checkpoint_asked_ = true; }
-  // Closes the step's timing and says what the rank did. UsageError without begin().
+  // Closes the step's timing and says what the rank did. UsageError without begin(). The
+  // reported compute time also counts the time the kernel held this rank back (Clock::held)
+  // since its last report outside its compute windows and its waits for other ranks: in its
+  // data, its update, its own bookkeeping. A rank under a CPU quota is stopped wherever its
+  // quota runs out, so its slowness need not land where its compute is timed (docs/controller.md,
+  // "A rank the kernel holds back").
   [[nodiscard]] protocol::StepReport report(double loss_sum, std::int64_t correct);
   // Takes this rank's reply (and the plan that came with it, when reply.plan_follows): the data
   // order moves past the step (carrying what the reply says was left undone). Throws the error
@@ -185,6 +207,12 @@ class Agent {
   std::int64_t chunk_ = 0;  // samples of the chunk being computed
   double deadline_ = 0.0;   // deadline pools: compute-seconds for this step's chunks (0: none)
   double t_chunk_ = 0.0;
+  // Clock::held() accounting between two reports: at the last report (< 0: none yet), at the
+  // start of the open window (compute or wait), and summed over the windows since.
+  double held_at_report_ = -1.0, held_window_start_ = 0.0, held_in_windows_ = 0.0;
+  static constexpr std::size_t kHeldWindow = 8;  // reports whose held time is averaged
+  std::array<double, kHeldWindow> recent_held_{};
+  std::size_t held_count_ = 0;
   // This rank's usual pooled throughput (samples per compute-second): the median of its last
   // kRateWindow steps', what "slowed this step" is measured against.
   static constexpr std::size_t kRateWindow = 5;

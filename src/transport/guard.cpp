@@ -1,5 +1,7 @@
 #include "transport/guard.hpp"
 
+#include "runtime/cpu_quota.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <csignal>
@@ -260,7 +262,7 @@ void Guard::serve() {
 }
 
 void Guard::nap(double waited) {
-  if (waited < spin_) return;
+  if (waited < (capped_ ? 0.0 : spin_)) return;
   ++naps_;
   const double cap = waited < 1.0 ? kShortNap : kLongNap;
   std::this_thread::sleep_for(std::chrono::duration<double>(std::clamp(kNapFraction * waited, kMinNap, cap)));
@@ -280,6 +282,10 @@ void Guard::wait(std::span<MPI_Request> requests) {
   }
   const AbandonOnThrow abandon;
   const double start = steady_seconds();
+  if (start >= quota_read_ + 1.0) {  // a job's quota may change while it runs
+    capped_ = cpu_quota_binds();
+    quota_read_ = start;
+  }
   const double grace = grace_seconds(timeout_);
   double patience = start + timeout_ + (rank_ == 0 ? 0.0 : grace);  // rank 0 judges first
   double asked = -1.0;                                              // when this rank asked rank 0

@@ -104,6 +104,9 @@ class Guard {
   [[nodiscard]] MPI_Comm comm() const noexcept { return words_; }
   // How often waits slept and how long they waited, this rank (benchmarks, tests).
   [[nodiscard]] std::uint64_t naps() const noexcept { return naps_; }
+  // Whether a cgroup CPU quota binds this process (cpu_quota_binds), as of its last guarded wait
+  // (read again once a second). Its waits then nap at once: polling would spend the quota.
+  [[nodiscard]] bool capped() const noexcept { return capped_; }
   // "rank 3 (node n2)": rank 0 knows every rank's node, the others their own and rank 0's. Before
   // the ranks have told rank 0 their nodes (start-up), it names them from the launcher's layout
   // where that is known for sure (launch_task_nodes), else by rank only.
@@ -138,6 +141,8 @@ class Guard {
   std::vector<Word> sent_;  // rank 0's questions and stops, alive while they may be in flight
   std::uint64_t naps_ = 0;
   bool alive_seen_ = false;  // rank 0 said it is alive since the wait's last test
+  bool capped_ = false;
+  double quota_read_ = -1e300;  // when capped_ was read
 };
 
 // True once a guarded wait of this process has ended in an error with its requests still

@@ -35,6 +35,32 @@ def mpirun(np, *args, timeout=240, env=None, train=TRAIN):
     return run(["mpirun", "-np", str(np), train, *map(str, args)], timeout=timeout, env=env)
 
 
+def own_cpu_quota():
+    """Whether this process's cgroup sets a CPU quota (v1 cpu.cfs_quota_us, v2 cpu.max); its own
+    cgroup only, where antdt also reads its ancestors'."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return False
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if "cpu" in controllers.split(","):
+            for mount in ("/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct"):
+                try:
+                    with open(os.path.join(mount + path, "cpu.cfs_quota_us")) as f:
+                        return int(f.read()) > 0
+                except (OSError, ValueError):
+                    pass
+        elif controllers == "":
+            try:
+                with open(os.path.join("/sys/fs/cgroup" + path, "cpu.max")) as f:
+                    return not f.read().startswith("max")
+            except OSError:
+                pass
+    return False
+
+
 class Workdir(unittest.TestCase):
     samples = 1200
 
@@ -159,7 +185,10 @@ class TrainRuns(Workdir):
         self.assertEqual(s["emulated_speeds"], [1, 1, 0.5])
         self.assertEqual(s["samples"], 12 * 40)
         self.assertEqual(len(s["rank_throughput"]), 3)
-        self.assertAlmostEqual(s["ideal_throughput"], sum(s["rank_throughput"]), places=3)
+        # The same speeds, as a mean over the steps and as window medians: equal on the virtual
+        # device but for the time the kernel held a rank back outside its compute (3 ranks share 2
+        # cores here), which the compute times include (docs/controller.md).
+        self.assertAlmostEqual(s["ideal_throughput"], sum(s["rank_throughput"]), delta=0.01 * s["ideal_throughput"])
         self.assertGreater(s["efficiency"], 0.0)
         self.assertLessEqual(s["efficiency"], 1.0, "the ideal is made of the same compute as the wall time")
         self.assertIn("model_error_median", s)
@@ -622,11 +651,49 @@ class WaitSpin(Workdir):
         return after.ru_nvcsw - before.ru_nvcsw, self.summary(out)["parameter_checksum"]
 
     def test_no_spin_sleeps_the_waits_away_with_the_same_maths(self):
+        if own_cpu_quota():
+            self.skipTest("this test's own cgroup has a CPU quota: its ranks nap at any --wait-spin")
         polled, sum_polled = self.switches_and_checksum()
         napped, sum_napped = self.switches_and_checksum("--wait-spin", 0)
         # 200 waits of 12 ms, napped in steps of at most 0.2 ms: 60 naps a wait. Ten a wait, at least.
         self.assertGreater(napped - polled, 2000, "voluntary context switches: %d polling, %d napping" % (polled, napped))
         self.assertEqual(sum_polled, sum_napped)
+
+    def test_a_rank_under_a_cpu_quota_naps_whatever_wait_spin_says(self):
+        """Rank 1 in a cgroup of its own, its quota (0.9 of a core) below the CPUs it may run on, waits
+        12 ms a step for rank 0 (rank 0 is the slow one here) and naps through it at the default
+        --wait-spin, where it polls outside the cgroup; the maths is the same."""
+        base = "/sys/fs/cgroup/cpu"
+        if os.geteuid() != 0 or not os.access(os.path.join(base, "cgroup.procs"), os.W_OK):
+            self.skipTest("needs root and the cgroup v1 cpu controller at " + base)
+        if own_cpu_quota():
+            self.skipTest("this test's own cgroup has a CPU quota: its ranks nap either way")
+        cg = os.path.join(base, "antdt-test-wait-spin-%d" % os.getpid())
+        os.mkdir(cg)
+        try:
+            for name, value in (("cpu.cfs_period_us", "100000"), ("cpu.cfs_quota_us", "90000")):
+                with open(os.path.join(cg, name), "w") as f:
+                    f.write(value)
+
+            def switches_and_checksum(capped):
+                out = os.path.join(self.dir, "quota-%d.json" % capped)
+                args = [*self.base(), "--policy", "static", "--virtual-device", "0.0002", "--emulate-speed", "0.25,1",
+                        "--steps", "200", "--summary-json", out]
+                rank1 = ["bash", "-c", 'echo $$ > %s/cgroup.procs; exec "$0" "$@"' % cg] if capped else []
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
+                r = run(["mpirun", "-np", "1", TRAIN, *args, ":", "-np", "1", *rank1, TRAIN, *args])
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+                return after.ru_nvcsw - before.ru_nvcsw, self.summary(out)["parameter_checksum"]
+
+            free, sum_free = switches_and_checksum(False)
+            capped, sum_capped = switches_and_checksum(True)
+            self.assertGreater(capped - free, 2000, "voluntary context switches: %d free, %d capped" % (free, capped))
+            self.assertEqual(sum_free, sum_capped)
+        finally:
+            with open(os.path.join(cg, "cpu.cfs_quota_us"), "w") as f:
+                f.write("-1")
+            os.rmdir(cg)
 
     def test_out_of_range_is_a_usage_error(self):
         r = mpirun(1, *self.base(), "--epochs", 1, "--wait-spin", 2)

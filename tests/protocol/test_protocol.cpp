@@ -822,3 +822,78 @@ TEST(StepProtocol, PipelinedMisuseIsRefused) {
   options.controller.plan_lag = 0;
   EXPECT_THROW(StepCoordinator(options, job.ledger, equal_plan(8, options.controller.caps)), UsageError);
 }
+
+namespace {
+
+// A virtual clock whose thread the test says the kernel held back (Clock::held).
+class HeldClock final : public agent::Clock {
+ public:
+  [[nodiscard]] double now() override { return now_; }
+  void wait(double seconds) override { now_ += std::max(0.0, seconds); }
+  [[nodiscard]] double held() override { return held_; }
+  void run(double seconds) { now_ += seconds; }
+  void hold(double seconds) {  // the thread wanted to run and could not
+    now_ += seconds;
+    held_ += seconds;
+  }
+
+ private:
+  double now_ = 0.0, held_ = 0.0;
+};
+
+}  // namespace
+
+// A rank under a CPU quota is stopped wherever its quota runs out. The time it is held back in
+// its compute is in its compute time already; the time outside it (its data, its update, its
+// bookkeeping; its waits only when they are charged) is added to the compute time it reports,
+// as the mean over its last few reports, so the Monitor sees the rate the quota allows.
+TEST(StepProtocol, TimeTheKernelHoldsARankBackOutsideItsComputeIsCountedAsItsOwn) {
+  dds::LedgerOptions ledger;
+  ledger.dataset_size = 1000;
+  ledger.shard_size = 10;
+  ledger.seed = 5;
+  protocol::StepCoordinatorOptions options;
+  options.max_steps = 60;
+  options.dataset_size = 1000;
+  options.data_seed = 5;
+  options.controller.policy = "static";
+  options.controller.world_size = 1;
+  options.controller.global_batch = 20;
+  options.controller.caps.assign(1, 100);
+  StepCoordinator coordinator(options, ledger, equal_plan(20, options.controller.caps));
+  HeldClock clock;
+  agent::Agent a(0, 1, ledger, EmulationOptions{}, clock);
+  a.reset_plan(std::make_shared<const Plan>(coordinator.plans().current()));
+  (void)a.apply(coordinator.start().reply_for(0));
+  // One step: held `data` before its compute, `compute_held` inside it, `waiting` in its
+  // reduction, `update` after it. Returns the compute time reported.
+  const auto step = [&](double data, double compute_held, double waiting, bool charged, double update) {
+    (void)a.begin();
+    clock.hold(data);
+    a.mark_data_ready();
+    clock.run(0.010);
+    clock.hold(compute_held);
+    a.mark_compute_done();
+    a.begin_wait();
+    clock.run(0.001);
+    clock.hold(waiting);
+    a.end_wait(charged);
+    const StepReport r = a.report(0.0, 0);
+    const std::vector<StepReport> reports{r};
+    const StepDecision d = coordinator.decide(reports);
+    (void)a.apply(d.reply_for(0), d.plan);
+    clock.hold(update);
+    return r.compute_seconds;
+  };
+  // The first report has no interval before it: its compute window alone.
+  EXPECT_NEAR(step(0.0, 0.002, 0.0, false, 0.003), 0.012, 1e-12);
+  // Held 0.003 in the update after the last report and 0.004 before this compute: 0.007 more.
+  EXPECT_NEAR(step(0.004, 0.0, 0.005, false, 0.0), 0.010 + 0.007, 1e-12);
+  // Nothing held outside now: the mean of the last two intervals (0.007 and 0).
+  EXPECT_NEAR(step(0.0, 0.0, 0.0, false, 0.0), 0.010 + 0.0035, 1e-12);
+  // A charged wait counts: 0.006 held in it, mean of 0.007, 0, 0.006.
+  EXPECT_NEAR(step(0.0, 0.0, 0.006, true, 0.0), 0.010 + 0.013 / 3.0, 1e-12);
+  // The mean is over the last 8 intervals: after 8 clean ones, nothing is added.
+  for (int i = 0; i < 8; ++i) (void)step(0.0, 0.0, 0.0, false, 0.0);
+  EXPECT_NEAR(step(0.0, 0.0, 0.0, false, 0.0), 0.010, 1e-12);
+}
