@@ -110,14 +110,15 @@ StepWork Agent::begin() {
   compute_marked_ = false;
   data_wait_seconds_ = compute_seconds_ = reduce_seconds_ = 0.0;
   t_begin_ = t_data_ready_ = clock_->now();
-  held_window_start_ = clock_->held();
+  step_capped_ = capped_;
+  if (step_capped_) held_window_start_ = clock_->held();
   return w;
 }
 
 void Agent::mark_data_ready() {
   t_data_ready_ = clock_->now();
   data_wait_seconds_ = t_data_ready_ - t_begin_;
-  held_window_start_ = clock_->held();
+  if (step_capped_) held_window_start_ = clock_->held();
 }
 
 void Agent::mark_compute_done(double measured) {
@@ -130,7 +131,7 @@ void Agent::mark_compute_done(double measured) {
     return;
   }
   const double took = measured >= 0.0 ? measured : clock_->now() - t_data_ready_;
-  held_in_windows_ += clock_->held() - held_window_start_;
+  if (step_capped_) held_in_windows_ += clock_->held() - held_window_start_;
   const double target = emulator_.target_compute_seconds(took, samples_, step_);
   if (target > took) clock_->wait(target - took);
   compute_seconds_ = std::max(took, target);
@@ -189,7 +190,7 @@ std::vector<std::int64_t> Agent::next_chunk(StepPool* pool) {
   samples_ += got;
   ++micro_steps_;
   t_chunk_ = clock_->now();
-  held_window_start_ = clock_->held();
+  if (step_capped_) held_window_start_ = clock_->held();
   return indices;
 }
 
@@ -211,14 +212,14 @@ std::vector<std::int64_t> Agent::next_chunk_by_deadline(std::int64_t want, doubl
   samples_ += chunk_;
   ++micro_steps_;
   t_chunk_ = clock_->now();
-  held_window_start_ = clock_->held();
+  if (step_capped_) held_window_start_ = clock_->held();
   return indices;
 }
 
 void Agent::chunk_done(double measured) {
   if (chunk_ == 0) return;
   const double took = measured >= 0.0 ? measured : clock_->now() - t_chunk_;
-  held_in_windows_ += clock_->held() - held_window_start_;
+  if (step_capped_) held_in_windows_ += clock_->held() - held_window_start_;
   const double target = emulator_.target_compute_seconds(took, chunk_, step_);
   if (target > took) clock_->wait(target - took);
   compute_seconds_ += std::max(took, target);
@@ -232,20 +233,24 @@ protocol::StepReport Agent::report(double loss_sum, std::int64_t correct) {
     recent_rates_.push_back(static_cast<double>(samples_) / compute_seconds_);
     if (recent_rates_.size() > kRateWindow) recent_rates_.erase(recent_rates_.begin());
   }
-  // The time the kernel held this rank back since its last report, outside the windows that
-  // already count it (compute) or must not (waits, unless end_wait said they are charged).
-  const double held = clock_->held();
-  if (held_at_report_ >= 0.0) {
-    // A quota stops a rank in some steps and not in others: charge the mean of the last few
-    // steps, not the step's own, so that the Monitor sees a steady rate and not a noisy one.
-    recent_held_[held_count_++ % kHeldWindow] = std::max(0.0, held - held_at_report_ - held_in_windows_);
-    const std::size_t k = std::min<std::size_t>(held_count_, kHeldWindow);
-    compute_seconds_ +=
-        std::accumulate(recent_held_.begin(), recent_held_.begin() + static_cast<std::ptrdiff_t>(k), 0.0) /
-        static_cast<double>(k);
+  // A capped rank: the time the kernel held it back since its last report, outside the compute
+  // windows that count it already. A quota stops a rank in some steps and not in others: the
+  // mean of the last few reports, not the step's own, gives the Monitor a steady rate, not a
+  // noisy one. Uncapped steps add 0 (bit for bit: x + 0.0 is x).
+  double outside = 0.0;
+  if (step_capped_) {
+    const double held = clock_->held();
+    if (held_at_report_ >= 0.0) outside = std::max(0.0, held - held_at_report_ - held_in_windows_);
+    held_at_report_ = held;
+  } else {
+    held_at_report_ = -1.0;
   }
-  held_at_report_ = held;
   held_in_windows_ = 0.0;
+  recent_held_[held_count_++ % kHeldWindow] = outside;
+  const std::size_t k = std::min<std::size_t>(held_count_, kHeldWindow);
+  compute_seconds_ +=
+      std::accumulate(recent_held_.begin(), recent_held_.begin() + static_cast<std::ptrdiff_t>(k), 0.0) /
+      static_cast<double>(k);
   protocol::StepReport r;
   r.step = step_;
   r.plan_version = plan().version;

@@ -102,25 +102,21 @@ class Agent {
   // returned); waits out the emulated slowdown of the chunk.
   void chunk_done(double measured = -1.0);
   void add_reduce_seconds(double seconds) { reduce_seconds_ += seconds; }
-  // The caller waits for other ranks (the reduction, the control exchange) between these two.
-  // Time the kernel holds this rank back there is charged to it (see report()) only when
-  // `charged`: when the rank naps as it waits, under a CPU quota, being held there means its
-  // own work used up the quota. A rank that polls would be charged for its own polling.
-  void begin_wait() { held_window_start_ = clock_->held(); }
-  void end_wait(bool charged) {
-    if (!charged) held_in_windows_ += clock_->held() - held_window_start_;
-  }
+  // Whether a CPU quota binds this rank (its cgroup's, read by the caller), from the next
+  // begin(): then report() charges it the time the kernel holds it back (see there).
+  void set_capped(bool capped) noexcept { capped_ = capped; }
   // Asks the run to stop after the current (or next) step: the next report carries it. Safe to
   // call from a signal handler (one volatile sig_atomic_t store).
   void request_stop() noexcept { stop_asked_ = 1; }
   // Asks every rank to checkpoint after the current step (only that one: the request is cleared
   // by the report that carries it).
   void request_checkpoint() noexcept { checkpoint_asked_ = true; }
-  // Closes the step's timing and says what the rank did. UsageError without begin(). The
-  // reported compute time also counts the time the kernel held this rank back (Clock::held)
-  // since its last report outside its compute windows and its waits for other ranks: in its
-  // data, its update, its own bookkeeping. A rank under a CPU quota is stopped wherever its
-  // quota runs out, so its slowness need not land where its compute is timed (docs/controller.md,
+  // Closes the step's timing and says what the rank did. UsageError without begin(). On a rank
+  // under a CPU quota (set_capped) the reported compute time also counts the time the kernel
+  // held it back (Clock::held) since its last report outside its compute windows, which count
+  // it already: in its data, its update, its waits. Such a rank is stopped wherever its quota
+  // runs out, so its slowness need not land where its compute is timed; it does not poll as it
+  // waits, so being held there too means its own work used up the quota (docs/controller.md,
   // "A rank the kernel holds back").
   [[nodiscard]] protocol::StepReport report(double loss_sum, std::int64_t correct);
   // Takes this rank's reply (and the plan that came with it, when reply.plan_follows): the data
@@ -207,8 +203,9 @@ class Agent {
   std::int64_t chunk_ = 0;  // samples of the chunk being computed
   double deadline_ = 0.0;   // deadline pools: compute-seconds for this step's chunks (0: none)
   double t_chunk_ = 0.0;
-  // Clock::held() accounting between two reports: at the last report (< 0: none yet), at the
-  // start of the open window (compute or wait), and summed over the windows since.
+  // Clock::held() accounting between two reports, on a capped rank: at the last report (< 0:
+  // none), at the start of the open compute window, and summed over the windows since.
+  bool capped_ = false, step_capped_ = false;  // set_capped; its value at the open step's begin()
   double held_at_report_ = -1.0, held_window_start_ = 0.0, held_in_windows_ = 0.0;
   static constexpr std::size_t kHeldWindow = 8;  // reports whose held time is averaged
   std::array<double, kHeldWindow> recent_held_{};

@@ -269,9 +269,7 @@ struct Session::Impl {
       }
     } disarm{watchdog.get()};
     if (watchdog) watchdog->arm(agent.step());
-    agent.begin_wait();
     reduce();
-    agent.end_wait(guard && guard->capped());
     agent.add_reduce_seconds(seconds_now() - t0);
   }
 
@@ -282,11 +280,9 @@ struct Session::Impl {
     detail::Guard::Scope scope(guard, detail::Phase::control, agent.step());
     detail::ByteWriter mine;
     if (report) protocol::encode(*report, mine);
-    agent.begin_wait();
     const auto got = channel.exchange(mine.bytes(), [&](const std::vector<std::span<const std::byte>>& reports) {
       return decide(report != nullptr, reports);
     });
-    agent.end_wait(guard && guard->capped());
     if (decide_after_round) {  // rank 0: a short pipelined decision, off every rank's wait
       decide_after_round = false;
       decide_pending();
@@ -489,6 +485,7 @@ StepWork Session::begin_step() {
     s.t_last_end = seconds_now();
   }
   s.t_step_begin = seconds_now();
+  s.agent.set_capped(s.guard && s.guard->capped());
   const std::int64_t version = s.agent.plan().version;
   StepWork work = s.agent.begin();
   if (!s.root() && work.plan_version != version) s.history.push_back(s.agent.plan());

@@ -845,9 +845,9 @@ class HeldClock final : public agent::Clock {
 
 // A rank under a CPU quota is stopped wherever its quota runs out. The time it is held back in
 // its compute is in its compute time already; the time outside it (its data, its update, its
-// bookkeeping; its waits only when they are charged) is added to the compute time it reports,
-// as the mean over its last few reports, so the Monitor sees the rate the quota allows.
-TEST(StepProtocol, TimeTheKernelHoldsARankBackOutsideItsComputeIsCountedAsItsOwn) {
+// waits) is added to the compute time it reports, as the mean over its last 8 reports, so that
+// the Monitor sees the rate the quota allows. A rank without a quota adds nothing.
+TEST(StepProtocol, TimeTheKernelHoldsACappedRankBackOutsideItsComputeIsCountedAsItsOwn) {
   dds::LedgerOptions ledger;
   ledger.dataset_size = 1000;
   ledger.shard_size = 10;
@@ -867,17 +867,16 @@ TEST(StepProtocol, TimeTheKernelHoldsARankBackOutsideItsComputeIsCountedAsItsOwn
   (void)a.apply(coordinator.start().reply_for(0));
   // One step: held `data` before its compute, `compute_held` inside it, `waiting` in its
   // reduction, `update` after it. Returns the compute time reported.
-  const auto step = [&](double data, double compute_held, double waiting, bool charged, double update) {
+  const auto step = [&](double data, double compute_held, double waiting, bool capped, double update) {
+    a.set_capped(capped);
     (void)a.begin();
     clock.hold(data);
     a.mark_data_ready();
     clock.run(0.010);
     clock.hold(compute_held);
     a.mark_compute_done();
-    a.begin_wait();
     clock.run(0.001);
     clock.hold(waiting);
-    a.end_wait(charged);
     const StepReport r = a.report(0.0, 0);
     const std::vector<StepReport> reports{r};
     const StepDecision d = coordinator.decide(reports);
@@ -885,15 +884,19 @@ TEST(StepProtocol, TimeTheKernelHoldsARankBackOutsideItsComputeIsCountedAsItsOwn
     clock.hold(update);
     return r.compute_seconds;
   };
-  // The first report has no interval before it: its compute window alone.
-  EXPECT_NEAR(step(0.0, 0.002, 0.0, false, 0.003), 0.012, 1e-12);
-  // Held 0.003 in the update after the last report and 0.004 before this compute: 0.007 more.
-  EXPECT_NEAR(step(0.004, 0.0, 0.005, false, 0.0), 0.010 + 0.007, 1e-12);
-  // Nothing held outside now: the mean of the last two intervals (0.007 and 0).
-  EXPECT_NEAR(step(0.0, 0.0, 0.0, false, 0.0), 0.010 + 0.0035, 1e-12);
-  // A charged wait counts: 0.006 held in it, mean of 0.007, 0, 0.006.
-  EXPECT_NEAR(step(0.0, 0.0, 0.006, true, 0.0), 0.010 + 0.013 / 3.0, 1e-12);
-  // The mean is over the last 8 intervals: after 8 clean ones, nothing is added.
-  for (int i = 0; i < 8; ++i) (void)step(0.0, 0.0, 0.0, false, 0.0);
-  EXPECT_NEAR(step(0.0, 0.0, 0.0, false, 0.0), 0.010, 1e-12);
+  // Without a quota nothing is added, whatever the kernel did.
+  EXPECT_EQ(step(0.004, 0.002, 0.005, false, 0.003), 0.012);
+  // Capped: the first report has no interval before it: its compute window alone.
+  EXPECT_NEAR(step(0.0, 0.002, 0.0, true, 0.003), 0.012, 1e-12);
+  // Held 0.003 in the update after the last report, 0.004 before this compute and 0.005 in its
+  // reduction: 0.012, and the mean of the last three reports is 0.004.
+  EXPECT_NEAR(step(0.004, 0.0, 0.005, true, 0.0), 0.010 + 0.004, 1e-12);
+  // Nothing held outside now: the mean of 0, 0, 0.012, 0.
+  EXPECT_NEAR(step(0.0, 0.001, 0.0, true, 0.0), 0.011 + 0.003, 1e-12);
+  // The mean is over the last 8 reports: after 8 clean ones, nothing is added.
+  for (int i = 0; i < 8; ++i) (void)step(0.0, 0.0, 0.0, true, 0.0);
+  EXPECT_NEAR(step(0.0, 0.0, 0.0, true, 0.0), 0.010, 1e-12);
+  // Uncapped again: the interval is not charged (no report to start it from).
+  EXPECT_NEAR(step(0.0, 0.0, 0.0, false, 0.004), 0.010, 1e-12);
+  EXPECT_NEAR(step(0.003, 0.0, 0.0, true, 0.0), 0.010, 1e-12);
 }
