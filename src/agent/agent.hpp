@@ -17,13 +17,13 @@
 // (chunk_done), until the pool is empty (docs/nd.md).
 #pragma once
 
+#include <array>
 #include <csignal>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <vector>
 
-#include <array>
 #include "agent/emulation.hpp"
 #include "agent/step_pool.hpp"
 #include "antdt/plan.hpp"

@@ -1,7 +1,5 @@
 #include "transport/guard.hpp"
 
-#include "runtime/cpu_quota.hpp"
-
 #include <algorithm>
 #include <chrono>
 #include <csignal>
@@ -18,6 +16,7 @@
 #include "antdt/error.hpp"
 #include "core/error_kind.hpp"
 #include "core/option_names.hpp"
+#include "runtime/cpu_quota.hpp"
 #include "runtime/launcher.hpp"
 
 namespace antdt::detail {
