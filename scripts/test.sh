@@ -17,6 +17,16 @@ cd "$(dirname "$0")/.."
 case ${ANTDT_STEPS:-all} in all | build) ;; *) echo "test.sh: ANTDT_STEPS must be all or build, not '$ANTDT_STEPS'" >&2; exit 2 ;; esac
 if ! [[ ${ANTDT_CTEST_J:-1} =~ ^[1-9][0-9]?$ ]]; then echo "test.sh: ANTDT_CTEST_J must be a number of test slots, not '$ANTDT_CTEST_J'" >&2; exit 2; fi
 ./scripts/install-deps.sh
+# The CPUs and any cgroup CPU quota the tests run under, for reading a failure's timings: a rank
+# under a binding quota naps in its waits and counts the kernel's stops as its own
+# (docs/controller.md, "A rank the kernel holds back").
+quota=none
+v2=$(awk -F: '$1 == "0" { print $3 }' /proc/self/cgroup)
+v1=$(awk -F: '$2 ~ /(^|,)cpu(,|$)/ { print $3 }' /proc/self/cgroup)
+for f in "/sys/fs/cgroup$v2/cpu.max" /sys/fs/cgroup/cpu{,,cpuacct}"$v1/cpu.cfs_quota_us"; do
+  if [ -r "$f" ]; then quota="$(tr '\n' ' ' < "$f")($f)"; break; fi
+done
+echo "test.sh: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg), cgroup CPU quota: $quota"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 launcher=()
 if command -v ccache >/dev/null; then
