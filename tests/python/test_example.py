@@ -12,6 +12,9 @@ is trained once per epoch (the sample logs) and the parameters are those of plai
 process over the same steps, to 1e-5, and each step holds the samples it held in the
 uninterrupted run (a step's samples do not depend on the number of ranks), whose parameters it
 matches to 1e-5. Errors: one line, exit code 2.
+ReadmeDiff: the README's diff from a DDP script, its new and kept lines run as they are at 2
+ranks (with the data, the model (the example's CNN) and the epochs defined before them): every rank ends at the
+last step of the epochs with the same trained parameters.
 """
 import glob
 import json
@@ -23,8 +26,8 @@ import tempfile
 import time
 import unittest
 
-from support import (DATAGEN, EXAMPLE, EXIT_STOPPED, EXIT_USAGE, PY, SKIP, TORCH_EXAMPLE, TempDirTest,
-                     assert_exactly_once, finish, logged_steps, mpirun, rank_pids, require, run, start)
+from support import (DATAGEN, EXAMPLE, EXIT_STOPPED, EXIT_USAGE, PY, SKIP, SOURCE, TORCH_EXAMPLE, TempDirTest,
+                     assert_exactly_once, finish, logged_steps, mpirun, rank_pids, require, run, script, start)
 
 SAMPLES, BATCH, EPOCHS = 1024, 64, 2
 TOLERANCE = 1e-5
@@ -207,6 +210,43 @@ class StopAndResume(Example):
         difference = relative_difference(final, reference)
         print(f"and within {difference:.1e} of the run never stopped (the same steps)", file=sys.stderr)
         self.assertLessEqual(difference, TOLERANCE)
+
+
+class ReadmeDiff(Example):
+    def test_the_readme_diff_from_ddp_trains_as_it_stands(self):
+        require("torch")
+        with open(os.path.join(SOURCE, "README.md")) as f:
+            readme = f.read()
+        start_at = readme.index("```diff\n") + len("```diff\n")
+        block = readme[start_at:readme.index("```", start_at)].splitlines()
+        kept = [line[1:] for line in block if line[:1] in ("+", " ")]
+        self.assertTrue(kept and kept[0].startswith("import antdt"), kept[:1])
+        epochs = 2
+        program = "\n".join([
+            "import json, sys, torch",
+            "import torch.nn.functional as F",
+            "from torch.utils.data import DataLoader",
+            f"sys.path.insert(0, {os.path.dirname(EXAMPLE)!r})",
+            "import train_cnn",
+            "torch.manual_seed(0)",
+            kept[0],
+            f"data = antdt.torch.Dataset({self.train!r})",
+            f"epochs = {epochs}",
+            "Cnn = lambda: train_cnn.Cnn(data.sample_shape, data.num_classes)  # the script's own model",
+            *kept[1:],
+            "torch.manual_seed(0)",
+            "print(json.dumps({'rank': job.rank, 'step': job.step, 'trained': antdt.torch.checksum(model),",
+            "                  'untrained': antdt.torch.checksum(Cnn())}))",
+        ]) + "\n"
+        path = script(self.dir, "from_ddp.py", program)
+        r = mpirun(2, "-wdir", self.dir, PY, path, timeout=400)
+        self.assertEqual(r.returncode, 0, f"{program}\nstdout={r.stdout[-2000:]}\nstderr={r.stderr[-3000:]}")
+        ends = [json.loads(out.strip().splitlines()[-1]) for out in r.ranks]
+        self.assertEqual([e["rank"] for e in ends], [0, 1])
+        steps = epochs * SAMPLES // 256
+        self.assertEqual({e["step"] for e in ends}, {steps}, "both ranks end at the last step")
+        self.assertEqual(ends[0]["trained"], ends[1]["trained"], "the ranks hold the same parameters")
+        self.assertNotEqual(ends[0]["trained"], ends[0]["untrained"], "the steps changed the model")
 
 
 class Errors(Example):
