@@ -337,7 +337,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   const int rank = env.world_rank(), world = env.world_size();
-  log::set_level(log::Level::warn);
+  if (std::getenv("ANTDT_LOG_LEVEL") == nullptr) log::set_level(log::Level::warn);  // else as it says
 
   if (o.mode == "wait") {
     if (rank != 0) return 0;
