@@ -23,7 +23,7 @@ if ! [[ ${ANTDT_CTEST_J:-1} =~ ^[1-9][0-9]?$ ]]; then echo "test.sh: ANTDT_CTEST
 quota=none
 v2=$(awk -F: '$1 == "0" { print $3 }' /proc/self/cgroup)
 v1=$(awk -F: '$2 ~ /(^|,)cpu(,|$)/ { print $3 }' /proc/self/cgroup)
-for f in "/sys/fs/cgroup$v2/cpu.max" /sys/fs/cgroup/cpu{,,cpuacct}"$v1/cpu.cfs_quota_us"; do
+for f in "/sys/fs/cgroup$v2/cpu.max" "/sys/fs/cgroup/cpu$v1/cpu.cfs_quota_us" "/sys/fs/cgroup/cpu,cpuacct$v1/cpu.cfs_quota_us"; do
   if [ -r "$f" ]; then quota="$(tr '\n' ' ' < "$f")($f)"; break; fi
 done
 echo "test.sh: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg), cgroup CPU quota: $quota"

@@ -13,8 +13,8 @@ process over the same steps, to 1e-5, and each step holds the samples it held in
 uninterrupted run (a step's samples do not depend on the number of ranks), whose parameters it
 matches to 1e-5. Errors: one line, exit code 2.
 ReadmeDiff: the README's diff from a DDP script, its new and kept lines run as they are at 2
-ranks (with the data, the model (the example's CNN) and the epochs defined before them): every rank ends at the
-last step of the epochs with the same trained parameters.
+ranks, with the data, the model (the example's CNN) and the epochs defined before them: every
+rank ends at the last step of the epochs with the same trained parameters.
 """
 import glob
 import json
