@@ -99,8 +99,11 @@ class Phases(unittest.TestCase):
         # In every phase, start-up included: before the ranks have told rank 0 their nodes, it
         # knows them from mpirun's layout (every rank on this node; cluster.phases: srun's).
         self.assertRegex(lines[0], r"rank %d \(node [^)]+\)" % named, lines[0])
+        # A spinning rank would use most of a core. A napping one used up to 0.10 s under ASan and
+        # UBSan (counted in 10 ms clock ticks, its MPI and watchdog threads included): 0.2 s of
+        # margin still tells the two apart.
         for rank, cpu in spent.items():
-            self.assertLess(cpu, 0.1, "rank %d used %.2f s of CPU in 1 s of waiting in %s" % (rank, cpu, spec))
+            self.assertLess(cpu, 0.2, "rank %d used %.2f s of CPU in 1 s of waiting in %s" % (rank, cpu, spec))
         return lines
 
     def test_startup(self):
