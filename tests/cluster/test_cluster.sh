@@ -22,6 +22,8 @@
 #                 not n3's (a smaller share cannot shorten an all-reduce of the same bytes)
 # Exit 77 (skipped, with the reason) where network namespaces cannot be made.
 set -euo pipefail
+# A command that fails outside a test's own checks ends the script (set -e); say which one.
+trap 'echo "FAIL: line $LINENO exited $?: $BASH_COMMAND" >&2' ERR
 build=$(cd "$1" && pwd); src=$(cd "$2" && pwd); case=${3:?CASE}
 train=$build/apps/antdt-train netns=$src/scripts/slurm/netns-slurm.sh
 cpus=2
@@ -171,7 +173,9 @@ stall)
       for p in $("$netns" pids "$D/slurm" n2); do
         [ "$(cat "/proc/$p/comm" 2>/dev/null)" = antdt-train ] || continue
         pid=$p
-        log=$(find "/proc/$p/fd" -lname "$D/run/samples-$first-0.*" -printf '%l\n' 2>/dev/null | head -1)
+        # The process may be gone by now (a job that failed at start-up): find then fails, and
+        # under pipefail the assignment would end the script before the second attempt.
+        log=$(find "/proc/$p/fd" -lname "$D/run/samples-$first-0.*" -printf '%l\n' 2>/dev/null | head -1 || true)
       done
       [ -n "$log" ] || [ -z "$(squeue -h -j "$first" 2>/dev/null)" ] && break
       sleep 0.1

@@ -8,6 +8,8 @@
 # trained exactly once per epoch, counted from each run's --sample-log (not antdt's counters).
 #   test_slurm_requeue.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
+# A command that fails outside a test's own checks ends the script (set -e); say which one.
+trap 'echo "FAIL: line $LINENO exited $?: $BASH_COMMAND" >&2' ERR
 build=$(cd "$1" && pwd); src=$(cd "$2" && pwd)
 for tool in slurmctld slurmd munged sbatch; do
   command -v $tool >/dev/null || { echo "SKIP: $tool not installed"; exit 77; }

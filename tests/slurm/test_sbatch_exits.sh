@@ -15,6 +15,8 @@
 #     the run wrote its kill-restart records: 75.
 #   test_sbatch_exits.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
+# A command that fails outside a test's own checks ends the script (set -e); say which one.
+trap 'echo "FAIL: line $LINENO exited $?: $BASH_COMMAND" >&2' ERR
 src=$(cd "$2" && pwd)
 sbatch_script=$src/scripts/slurm/antdt.sbatch fake=$src/tests/slurm/fake-program.sh
 
