@@ -170,6 +170,18 @@ std::vector<std::int64_t> Agent::next_chunk(StepPool* pool) {
   std::int64_t want = std::max<std::int64_t>(1, ceil_div(share, pool_.chunks_per_share));
   if (samples_ == 0) want = std::max(want, static_cast<std::int64_t>(pool_.first_chunk * static_cast<double>(share)));
   if (!pool) return next_chunk_by_deadline(std::min({want, p.micro_batch_cap[r], may}), usual);
+  // A rank under a CPU quota claims its own share and no more, in chunks as large as its cap
+  // allows, as under dd. Claiming greedily would keep it busy until the pool drains, which uses
+  // up its quota, and the kernel then stops it for the rest of the period while it holds a
+  // claimed chunk that every rank waits for (docs/nd.md, "A rank under a CPU quota").
+  if (step_capped_) {
+    want = std::min({share - samples_, p.micro_batch_cap[r], may});
+    if (want <= 0) {
+      pool_empty_ = true;
+      return {};
+    }
+    return claim_chunk(*pool, want, batch_.size());
+  }
   // Only worth a look when the rank may be slow, or the pool may be nearly drained.
   const std::int64_t total = batch_.size();  // B, fewer only at the end of the data
   if (pace < 1.0 || claimed_seen_ > total / 2) claimed_seen_ = pool->claimed();
@@ -177,8 +189,13 @@ std::vector<std::int64_t> Agent::next_chunk(StepPool* pool) {
   const double mine_of_left = left * static_cast<double>(share) / static_cast<double>(p.global_batch) * pace;
   want = std::min(
       {want, std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(mine_of_left))), p.micro_batch_cap[r], may});
+  return claim_chunk(*pool, want, total);
+}
+
+// Claims `want` samples of the step's `total` from the counter pool; none once it is drained.
+std::vector<std::int64_t> Agent::claim_chunk(StepPool& pool, std::int64_t want, std::int64_t total) {
   std::int64_t before = 0;
-  const std::int64_t got = pool->claim(want, total, before);
+  const std::int64_t got = pool.claim(want, total, before);
   claimed_seen_ = before + want;
   if (got == 0) {
     pool_empty_ = true;

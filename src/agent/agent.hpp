@@ -216,6 +216,7 @@ class Agent {
   std::vector<double> recent_rates_;
   [[nodiscard]] double usual_rate() const;
   std::vector<std::int64_t> next_chunk_by_deadline(std::int64_t want, double usual);
+  std::vector<std::int64_t> claim_chunk(StepPool& pool, std::int64_t want, std::int64_t total);
 };
 
 }  // namespace antdt::agent

@@ -511,6 +511,44 @@ TEST(StepProtocol, APooledStepWithAFirstChunkBalancesOnlyItsTail) {
   }
 }
 
+// A rank under a CPU quota (set_capped) claims its own share of a pooled step and no more, in
+// chunks as large as its cap allows, as under dd: claiming until the pool drains would spend its
+// quota, and the kernel would stop it while it holds a chunk that every rank waits for. The others
+// pool the rest, so the step still does exactly B, and every sample stays once per epoch.
+TEST(StepProtocol, ARankUnderACpuQuotaClaimsItsOwnShareOfAPooledStepAndTheOthersPoolTheRest) {
+  const std::int64_t n = 4000;
+  PooledJob job({1, 0.25, 1}, n, 120, 2, 1, {}, 1000);
+  PooledJob greedy({1, 0.25, 1}, n, 120, 2, 1, {}, 1000);
+  job.agents[1].set_capped(true);
+  std::vector<std::int64_t> seen(static_cast<std::size_t>(n), 0);
+  std::int64_t first_share = -1, last_share = -1;
+  for (int s = 0; !job.coordinator->finished(); ++s) {
+    std::vector<std::vector<std::int64_t>> done;
+    const StepDecision d = job.step_pooled(&done);
+    const std::int64_t share = job.agents[1].plan().batch[1];  // the plan of the step that ran
+    ASSERT_EQ(d.reply.status, ReplyStatus::ok) << d.reply.error;
+    if (!d.reply.finished) {
+      EXPECT_EQ(d.reply.samples, 120) << "step " << s << ": exactly B";
+      EXPECT_EQ(job.chunks[1], std::vector<std::int64_t>{share}) << "step " << s << ": its share, in one chunk";
+      EXPECT_GT(job.chunks[0].size(), 1U) << "step " << s << ": the others pool";
+    }
+    if (first_share < 0) first_share = share;
+    last_share = share;
+    for (const auto& r : done)
+      for (auto i : r) ++seen[static_cast<std::size_t>(i)];
+    job.apply(d);
+  }
+  EXPECT_EQ(seen, std::vector<std::int64_t>(static_cast<std::size_t>(n), 2));
+  expect_clean_coverage(*job.coordinator);
+  EXPECT_EQ(first_share, 40);
+  EXPECT_LT(last_share, 25) << "its share follows its measured speed, as under dd";
+  // Without a quota the same rank claims small chunks as long as the pool lasts.
+  const StepDecision g = greedy.step_pooled();
+  ASSERT_EQ(g.reply.status, ReplyStatus::ok) << g.reply.error;
+  EXPECT_GT(greedy.chunks[1].size(), 1U);
+  EXPECT_LE(greedy.chunks[1][0], 5) << "about 40 / 8";
+}
+
 TEST(StepProtocol, PooledStepsKeepEverySampleOncePerEpoch) {
   const std::int64_t n = 331;
   EmulationOptions noisy;
