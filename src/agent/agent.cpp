@@ -163,6 +163,20 @@ std::vector<std::int64_t> Agent::next_chunk(StepPool* pool) {
   // whose rest is carried to the next step if it does not reach it.
   const std::int64_t may = (pool ? batch_.size() : share_.size()) - samples_;
   if (pool_empty_ || may <= 0) return {};
+  const std::int64_t total = batch_.size();  // B, fewer only at the end of the data
+  // A rank under a CPU quota claims its own share and no more from a counter pool, in chunks as
+  // large as its cap allows, as under dd. Claiming greedily would keep it busy until the pool
+  // drains, which uses up its quota, and the kernel then stops it for the rest of the period
+  // while it holds a claimed chunk that every rank waits for (docs/nd.md, "A rank under a CPU
+  // quota").
+  if (pool && step_capped_) {
+    const std::int64_t want = std::min({share - samples_, p.micro_batch_cap[r], may});
+    if (want <= 0) {
+      pool_empty_ = true;
+      return {};
+    }
+    return claim_chunk(*pool, want, total);
+  }
   const double usual = usual_rate();
   double pace = 1.0;  // this step's throughput over the usual one, at most 1
   if (usual > 0.0 && compute_seconds_ > 0.0)
@@ -170,20 +184,7 @@ std::vector<std::int64_t> Agent::next_chunk(StepPool* pool) {
   std::int64_t want = std::max<std::int64_t>(1, ceil_div(share, pool_.chunks_per_share));
   if (samples_ == 0) want = std::max(want, static_cast<std::int64_t>(pool_.first_chunk * static_cast<double>(share)));
   if (!pool) return next_chunk_by_deadline(std::min({want, p.micro_batch_cap[r], may}), usual);
-  // A rank under a CPU quota claims its own share and no more, in chunks as large as its cap
-  // allows, as under dd. Claiming greedily would keep it busy until the pool drains, which uses
-  // up its quota, and the kernel then stops it for the rest of the period while it holds a
-  // claimed chunk that every rank waits for (docs/nd.md, "A rank under a CPU quota").
-  if (step_capped_) {
-    want = std::min({share - samples_, p.micro_batch_cap[r], may});
-    if (want <= 0) {
-      pool_empty_ = true;
-      return {};
-    }
-    return claim_chunk(*pool, want, batch_.size());
-  }
   // Only worth a look when the rank may be slow, or the pool may be nearly drained.
-  const std::int64_t total = batch_.size();  // B, fewer only at the end of the data
   if (pace < 1.0 || claimed_seen_ > total / 2) claimed_seen_ = pool->claimed();
   const double left = static_cast<double>(std::max<std::int64_t>(1, total - claimed_seen_));
   const double mine_of_left = left * static_cast<double>(share) / static_cast<double>(p.global_batch) * pace;
