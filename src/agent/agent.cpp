@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <ctime>
 #include <numeric>
 
 #ifdef __linux__
@@ -19,6 +20,12 @@ namespace antdt::agent {
 
 double SteadyClock::now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double SteadyClock::cpu() {
+  timespec t{};
+  if (::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t) != 0) return -1.0;
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
 }
 
 double thread_run_delay_seconds() {
@@ -111,6 +118,7 @@ StepWork Agent::begin() {
   data_wait_seconds_ = compute_seconds_ = reduce_seconds_ = 0.0;
   t_begin_ = t_data_ready_ = clock_->now();
   step_capped_ = capped_;
+  step_quota_cores_ = quota_cores_;
   if (step_capped_) held_window_start_ = clock_->held();
   return w;
 }
@@ -256,11 +264,29 @@ protocol::StepReport Agent::report(double loss_sum, std::int64_t correct) {
   // mean of the last few reports, not the step's own, gives the Monitor a steady rate, not a
   // noisy one. Uncapped steps add 0 (bit for bit: x + 0.0 is x).
   double outside = 0.0;
-  if (step_capped_) {
+  const double cpu = step_capped_ && step_quota_cores_ > 0.0 && step_quota_cores_ < 1.0 ? clock_->cpu() : -1.0;
+  if (cpu >= 0.0) {
+    // Under a quota of less than a core, the rank's own time is modelled from its CPU use: the
+    // CPU it used since its last report takes cpu / cores of wall time at its share, of which
+    // the part spent outside its compute windows is its data, update and reduction, not its
+    // compute. That is what it measures in steps where the kernel stops it; in steps where it
+    // runs within its quota (the kernel grants the quota per period, so it is stopped in some
+    // and not in others) its measured time looks fast, and samples given for that push it over
+    // its quota. The CPU it uses is steady where the times it is held are not
+    // (docs/controller.md, "A rank the kernel holds back").
+    if (cpu_at_report_ >= 0.0) {
+      outside = (cpu - cpu_at_report_) * (1.0 / step_quota_cores_ - 1.0);
+    }
+    cpu_at_report_ = cpu;
+    held_at_report_ = -1.0;
+    compute_seconds_ = std::max(0.0, compute_seconds_ - held_in_windows_);
+  } else if (step_capped_) {
+    cpu_at_report_ = -1.0;
     const double held = clock_->held();
     if (held_at_report_ >= 0.0) outside = std::max(0.0, held - held_at_report_ - held_in_windows_);
     held_at_report_ = held;
   } else {
+    cpu_at_report_ = -1.0;
     held_at_report_ = -1.0;
   }
   held_in_windows_ = 0.0;

@@ -44,6 +44,9 @@ class Clock {
   // Seconds the calling thread has spent ready to run but not running, any fixed origin: the
   // kernel held it (a CPU quota used up, another job on its core). 0 where not known.
   [[nodiscard]] virtual double held() { return 0.0; }
+  // CPU seconds the whole process has used, any fixed origin: what a CPU quota charges. < 0
+  // where not known.
+  [[nodiscard]] virtual double cpu() { return -1.0; }
 };
 
 // The calling thread's run delay from /proc/thread-self/schedstat (Linux), in seconds; 0 where
@@ -55,6 +58,7 @@ class SteadyClock final : public Clock {
   [[nodiscard]] double now() override;
   void wait(double seconds) override { wait_for(seconds); }
   [[nodiscard]] double held() override { return thread_run_delay_seconds(); }
+  [[nodiscard]] double cpu() override;
 };
 
 class VirtualClock final : public Clock {
@@ -104,7 +108,12 @@ class Agent {
   void add_reduce_seconds(double seconds) { reduce_seconds_ += seconds; }
   // Whether a CPU quota binds this rank (its cgroup's, read by the caller), from the next
   // begin(): then report() charges it the time the kernel holds it back (see there).
-  void set_capped(bool capped) noexcept { capped_ = capped; }
+  // `cores`: what the quota allows (0 where not known). Under a quota of less than one core the
+  // report models the rank's own time from its CPU use instead (see report()).
+  void set_capped(bool capped, double cores = 0.0) noexcept {
+    capped_ = capped;
+    quota_cores_ = capped ? cores : 0.0;
+  }
   // Asks the run to stop after the current (or next) step: the next report carries it. Safe to
   // call from a signal handler (one volatile sig_atomic_t store).
   void request_stop() noexcept { stop_asked_ = 1; }
@@ -117,7 +126,11 @@ class Agent {
   // it already: in its data, its update, its waits. Such a rank is stopped wherever its quota
   // runs out, so its slowness need not land where its compute is timed; it does not poll as it
   // waits, so being held there too means its own work used up the quota (docs/controller.md,
-  // "A rank the kernel holds back").
+  // "A rank the kernel holds back"). Under a quota of less than one core (set_capped's `cores`)
+  // and a Clock that knows the process's CPU time, the added time is modelled instead: the CPU
+  // used since the last report times (1 / cores - 1), and the compute windows count without the
+  // time held in them, so the report is the wall time its CPU use takes at its share, less its
+  // CPU outside the windows. Both are the mean over its last 8 reports.
   [[nodiscard]] protocol::StepReport report(double loss_sum, std::int64_t correct);
   // Takes this rank's reply (and the plan that came with it, when reply.plan_follows): the data
   // order moves past the step (carrying what the reply says was left undone). Throws the error
@@ -206,7 +219,9 @@ class Agent {
   // Clock::held() accounting between two reports, on a capped rank: at the last report (< 0:
   // none), at the start of the open compute window, and summed over the windows since.
   bool capped_ = false, step_capped_ = false;  // set_capped; its value at the open step's begin()
+  double quota_cores_ = 0.0, step_quota_cores_ = 0.0;
   double held_at_report_ = -1.0, held_window_start_ = 0.0, held_in_windows_ = 0.0;
+  double cpu_at_report_ = -1.0;                  // Clock::cpu() at the last report of a rank under such a quota
   static constexpr std::size_t kHeldWindow = 8;  // reports whose held time is averaged
   std::array<double, kHeldWindow> recent_held_{};
   std::size_t held_count_ = 0;

@@ -485,7 +485,7 @@ StepWork Session::begin_step() {
     s.t_last_end = seconds_now();
   }
   s.t_step_begin = seconds_now();
-  s.agent.set_capped(s.guard && s.guard->capped());
+  s.agent.set_capped(s.guard && s.guard->capped(), s.guard ? s.guard->quota_cores() : 0.0);
   const std::int64_t version = s.agent.plan().version;
   StepWork work = s.agent.begin();
   if (!s.root() && work.plan_version != version) s.history.push_back(s.agent.plan());

@@ -283,6 +283,7 @@ void Guard::wait(std::span<MPI_Request> requests) {
   const double start = steady_seconds();
   if (start >= quota_read_ + 1.0) {  // a job's quota may change while it runs
     capped_ = cpu_quota_binds();
+    quota_cores_ = capped_ ? cpu_quota_cores().value_or(0.0) : 0.0;
     quota_read_ = start;
   }
   const double grace = grace_seconds(timeout_);

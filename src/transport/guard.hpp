@@ -107,6 +107,8 @@ class Guard {
   // Whether a cgroup CPU quota binds this process (cpu_quota_binds), as of its last guarded wait
   // (read again once a second). Its waits then nap at once: polling would spend the quota.
   [[nodiscard]] bool capped() const noexcept { return capped_; }
+  // The cores that quota allows (cpu_quota_cores), read with capped(); 0 where there is none.
+  [[nodiscard]] double quota_cores() const noexcept { return quota_cores_; }
   // "rank 3 (node n2)": rank 0 knows every rank's node, the others their own and rank 0's. Before
   // the ranks have told rank 0 their nodes (start-up), it names them from the launcher's layout
   // where that is known for sure (launch_task_nodes), else by rank only.
@@ -142,6 +144,7 @@ class Guard {
   std::uint64_t naps_ = 0;
   bool alive_seen_ = false;  // rank 0 said it is alive since the wait's last test
   bool capped_ = false;
+  double quota_cores_ = 0.0;
   double quota_read_ = -1e300;  // when capped_ was read
 };
 

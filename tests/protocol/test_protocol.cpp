@@ -869,14 +869,65 @@ class HeldClock final : public agent::Clock {
   [[nodiscard]] double now() override { return now_; }
   void wait(double seconds) override { now_ += std::max(0.0, seconds); }
   [[nodiscard]] double held() override { return held_; }
-  void run(double seconds) { now_ += seconds; }
+  [[nodiscard]] double cpu() override { return cpu_; }
+  void run(double seconds) {  // the thread ran: it used the CPU
+    now_ += seconds;
+    cpu_ += seconds;
+  }
   void hold(double seconds) {  // the thread wanted to run and could not
     now_ += seconds;
     held_ += seconds;
   }
 
  private:
-  double now_ = 0.0, held_ = 0.0;
+  double now_ = 0.0, held_ = 0.0, cpu_ = 0.0;
+};
+
+// One rank under the static policy, B 20, on a HeldClock: for the tests of what a rank reports.
+struct OneRank {
+  static dds::LedgerOptions ledger_options() {
+    dds::LedgerOptions ledger;
+    ledger.dataset_size = 1000;
+    ledger.shard_size = 10;
+    ledger.seed = 5;
+    return ledger;
+  }
+  static protocol::StepCoordinatorOptions coordinator_options() {
+    protocol::StepCoordinatorOptions options;
+    options.max_steps = 60;
+    options.dataset_size = 1000;
+    options.data_seed = 5;
+    options.controller.policy = "static";
+    options.controller.world_size = 1;
+    options.controller.global_batch = 20;
+    options.controller.caps.assign(1, 100);
+    return options;
+  }
+  OneRank() {
+    agent.reset_plan(std::make_shared<const Plan>(coordinator.plans().current()));
+    (void)agent.apply(coordinator.start().reply_for(0));
+  }
+  // The open step, from its data ready: 10 ms of compute (held `compute_held` seconds inside
+  // it), 1 ms of reduction, then held `waiting`; its report, decided and applied.
+  StepReport compute_and_end_step(double compute_held, double waiting) {
+    agent.mark_data_ready();
+    clock.run(0.010);
+    clock.hold(compute_held);
+    agent.mark_compute_done();
+    clock.run(0.001);
+    clock.hold(waiting);
+    const StepReport r = agent.report(0.0, 0);
+    const std::vector<StepReport> reports{r};
+    const StepDecision d = coordinator.decide(reports);
+    (void)agent.apply(d.reply_for(0), d.plan);
+    return r;
+  }
+
+  dds::LedgerOptions ledger = ledger_options();
+  protocol::StepCoordinatorOptions options = coordinator_options();
+  StepCoordinator coordinator{options, ledger, equal_plan(20, options.controller.caps)};
+  HeldClock clock;
+  agent::Agent agent{0, 1, ledger, EmulationOptions{}, clock};
 };
 
 }  // namespace
@@ -886,39 +937,16 @@ class HeldClock final : public agent::Clock {
 // waits) is added to the compute time it reports, as the mean over its last 8 reports, so that
 // the Monitor sees the rate the quota allows. A rank without a quota adds nothing.
 TEST(StepProtocol, TimeTheKernelHoldsACappedRankBackOutsideItsComputeIsCountedAsItsOwn) {
-  dds::LedgerOptions ledger;
-  ledger.dataset_size = 1000;
-  ledger.shard_size = 10;
-  ledger.seed = 5;
-  protocol::StepCoordinatorOptions options;
-  options.max_steps = 60;
-  options.dataset_size = 1000;
-  options.data_seed = 5;
-  options.controller.policy = "static";
-  options.controller.world_size = 1;
-  options.controller.global_batch = 20;
-  options.controller.caps.assign(1, 100);
-  StepCoordinator coordinator(options, ledger, equal_plan(20, options.controller.caps));
-  HeldClock clock;
-  agent::Agent a(0, 1, ledger, EmulationOptions{}, clock);
-  a.reset_plan(std::make_shared<const Plan>(coordinator.plans().current()));
-  (void)a.apply(coordinator.start().reply_for(0));
+  OneRank job;
+  HeldClock& clock = job.clock;
+  agent::Agent& a = job.agent;
   // One step: held `data` before its compute, `compute_held` inside it, `waiting` in its
   // reduction, `update` after it. Returns the compute time reported.
   const auto step = [&](double data, double compute_held, double waiting, bool capped, double update) {
     a.set_capped(capped);
     (void)a.begin();
     clock.hold(data);
-    a.mark_data_ready();
-    clock.run(0.010);
-    clock.hold(compute_held);
-    a.mark_compute_done();
-    clock.run(0.001);
-    clock.hold(waiting);
-    const StepReport r = a.report(0.0, 0);
-    const std::vector<StepReport> reports{r};
-    const StepDecision d = coordinator.decide(reports);
-    (void)a.apply(d.reply_for(0), d.plan);
+    const StepReport r = job.compute_and_end_step(compute_held, waiting);
     clock.hold(update);
     return r.compute_seconds;
   };
@@ -937,4 +965,39 @@ TEST(StepProtocol, TimeTheKernelHoldsACappedRankBackOutsideItsComputeIsCountedAs
   // Uncapped again: the interval is not charged (no report to start it from).
   EXPECT_NEAR(step(0.0, 0.0, 0.0, false, 0.004), 0.010, 1e-12);
   EXPECT_NEAR(step(0.003, 0.0, 0.0, true, 0.0), 0.010, 1e-12);
+}
+
+// Under a quota of less than one core the rank's time is modelled from the CPU it used: the
+// wall time that CPU takes at its share, less its CPU outside its compute windows, as the mean
+// over its last 8 reports. Whether the kernel happened to stop it in a step changes nothing: the
+// same work reports the same time, so a rank that runs within its quota in some periods does not
+// look fast in them.
+TEST(StepProtocol, UnderAQuotaOfLessThanACoreARankReportsTheTimeItsCpuUseTakesAtItsShare) {
+  OneRank job;
+  HeldClock& clock = job.clock;
+  agent::Agent& a = job.agent;
+  // One step: 2 ms of data loading, 10 ms of compute (held `compute_held` inside it), 1 ms of
+  // reduction (then held `waiting`), 1 ms of update. 14 ms of CPU a step.
+  const auto step = [&](double cores, double compute_held, double waiting) {
+    a.set_capped(true, cores);
+    (void)a.begin();
+    clock.run(0.002);
+    const StepReport r = job.compute_and_end_step(compute_held, waiting);
+    clock.run(0.001);
+    return r.compute_seconds;
+  };
+  // The first report has no interval before it: its compute without the time held in it.
+  EXPECT_NEAR(step(0.5, 0.004, 0.0), 0.010, 1e-12);
+  // 14 ms of CPU at half a core take 28 ms, 4 of them outside the compute: 24 ms, whether the
+  // kernel held it (6 ms in its compute, 8 ms after it) or not; the mean of 0 and 14 ms adds 7.
+  EXPECT_NEAR(step(0.5, 0.006, 0.008), 0.010 + 0.007, 1e-12);
+  for (int i = 0; i < 7; ++i) (void)step(0.5, 0.0, 0.0);
+  EXPECT_NEAR(step(0.5, 0.0, 0.0), 0.024, 1e-12);
+  EXPECT_NEAR(step(0.5, 0.007, 0.003), 0.024, 1e-12);
+  // A quarter of a core: 56 ms less 4; the mean moves by (42 - 14) / 8 ms a report.
+  EXPECT_NEAR(step(0.25, 0.0, 0.0), 0.010 + (7 * 0.014 + 0.042) / 8, 1e-12);
+  // A quota of a core or more, or none known: the time held outside the compute, as before.
+  for (int i = 0; i < 8; ++i) (void)step(1.5, 0.0, 0.0);
+  EXPECT_NEAR(step(1.5, 0.0, 0.0), 0.010, 1e-12);
+  EXPECT_NEAR(step(0.0, 0.0, 0.005), 0.010 + 0.005 / 8, 1e-12);
 }
