@@ -265,6 +265,7 @@ protocol::StepReport Agent::report(double loss_sum, std::int64_t correct) {
   // noisy one. Uncapped steps add 0 (bit for bit: x + 0.0 is x).
   double outside = 0.0;
   const double cpu = step_capped_ && step_quota_cores_ > 0.0 && step_quota_cores_ < 1.0 ? clock_->cpu() : -1.0;
+  const double held = step_capped_ && cpu < 0.0 ? clock_->held() : -1.0;
   if (cpu >= 0.0) {
     // Under a quota of less than a core, the rank's own time is modelled from its CPU use: the
     // CPU it used since its last report takes cpu / cores of wall time at its share, of which
@@ -274,21 +275,13 @@ protocol::StepReport Agent::report(double loss_sum, std::int64_t correct) {
     // and not in others) its measured time looks fast, and samples given for that push it over
     // its quota. The CPU it uses is steady where the times it is held are not
     // (docs/controller.md, "A rank the kernel holds back").
-    if (cpu_at_report_ >= 0.0) {
-      outside = (cpu - cpu_at_report_) * (1.0 / step_quota_cores_ - 1.0);
-    }
-    cpu_at_report_ = cpu;
-    held_at_report_ = -1.0;
+    if (cpu_at_report_ >= 0.0) outside = (cpu - cpu_at_report_) * (1.0 / step_quota_cores_ - 1.0);
     compute_seconds_ = std::max(0.0, compute_seconds_ - held_in_windows_);
-  } else if (step_capped_) {
-    cpu_at_report_ = -1.0;
-    const double held = clock_->held();
-    if (held_at_report_ >= 0.0) outside = std::max(0.0, held - held_at_report_ - held_in_windows_);
-    held_at_report_ = held;
-  } else {
-    cpu_at_report_ = -1.0;
-    held_at_report_ = -1.0;
+  } else if (held >= 0.0 && held_at_report_ >= 0.0) {
+    outside = std::max(0.0, held - held_at_report_ - held_in_windows_);
   }
+  cpu_at_report_ = cpu;  // < 0: the next report has no interval to start from
+  held_at_report_ = held;
   held_in_windows_ = 0.0;
   recent_held_[held_count_++ % kHeldWindow] = outside;
   const std::size_t k = std::min<std::size_t>(held_count_, kHeldWindow);

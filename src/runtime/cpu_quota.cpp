@@ -124,8 +124,9 @@ std::optional<double> cpu_quota_cores() {
   return cpu_quota_cores(*cgroup, *mounts, read_text);
 }
 
-bool cpu_quota_binds() {
-  const auto cores = cpu_quota_cores();
+bool cpu_quota_binds() { return cpu_quota_binds(cpu_quota_cores()); }
+
+bool cpu_quota_binds(std::optional<double> cores) {
   if (!cores) return false;
   int cpus = 1;
 #ifdef __linux__

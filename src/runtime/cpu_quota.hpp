@@ -22,7 +22,11 @@ namespace antdt::detail {
 // This process's quota as above, read from /proc and /sys now (tens of microseconds).
 [[nodiscard]] std::optional<double> cpu_quota_cores();
 
-// Whether the quota binds: fewer cores than the CPUs this process may run on.
+// Whether a quota of `cores` (nullopt: none) binds this process: fewer cores than the CPUs it may
+// run on.
+[[nodiscard]] bool cpu_quota_binds(std::optional<double> cores);
+
+// Whether this process's quota binds (the two above).
 [[nodiscard]] bool cpu_quota_binds();
 
 }  // namespace antdt::detail

@@ -281,9 +281,10 @@ void Guard::wait(std::span<MPI_Request> requests) {
   }
   const AbandonOnThrow abandon;
   const double start = steady_seconds();
-  if (start >= quota_read_ + 1.0) {  // a job's quota may change while it runs
-    capped_ = cpu_quota_binds();
-    quota_cores_ = capped_ ? cpu_quota_cores().value_or(0.0) : 0.0;
+  if (start >= quota_read_ + 1.0) {                         // a job's quota may change while it runs
+    const std::optional<double> cores = cpu_quota_cores();  // the files are read once
+    capped_ = cpu_quota_binds(cores);
+    quota_cores_ = capped_ ? *cores : 0.0;
     quota_read_ = start;
   }
   const double grace = grace_seconds(timeout_);
