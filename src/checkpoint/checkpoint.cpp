@@ -48,6 +48,7 @@
 
 #include "antdt/config.hpp"
 #include "antdt/error.hpp"
+#include "checkpoint/file_checksum.hpp"
 #include "checkpoint/fnv1a.hpp"
 #include "checkpoint/h5.hpp"
 #include "checkpoint/posix_file.hpp"
@@ -388,21 +389,28 @@ struct CoreImage {
 };
 
 // The end-of-file address a finished file's superblock records: its size. The writer's files
-// have superblock version 2 or 3 (format 1.8 or later), whose layout is: signature (8 bytes),
-// version, size of offsets (O), size of lengths, flags (1 byte each), then base address,
-// superblock extension address, end-of-file address, root object header address (O bytes
-// each, little-endian), checksum (4). Returns 0 when the bytes are not such a superblock.
+// have their superblock after the user block that holds antdt's header (at kFileHeaderSize),
+// version 2 or 3 (format 1.8 or later), whose layout is: signature (8 bytes), version, size of
+// offsets (O), size of lengths, flags (1 byte each), then base address, superblock extension
+// address, end-of-file address, root object header address (O bytes each, little-endian),
+// checksum (4). The end-of-file address is absolute (it counts the user block). Returns 0 when
+// the bytes are not such a superblock.
 std::size_t superblock_end_of_file(const std::byte* image, std::size_t size) {
-  static constexpr unsigned char kSignature[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
-  if (size < 12 || std::memcmp(image, kSignature, sizeof kSignature) != 0) return 0;
-  const auto version = static_cast<unsigned>(image[8]);
-  const auto offset_size = static_cast<std::size_t>(image[9]);
-  if ((version != 2 && version != 3) || offset_size < 1 || offset_size > 8 || size < 12 + 4 * offset_size + 4) return 0;
+  using checkpoint::kFileHeaderSize;
+  using checkpoint::kHdf5Signature;
+  if (size < kFileHeaderSize + 12) return 0;
+  const std::byte* sb = image + kFileHeaderSize;
+  if (std::memcmp(sb, kHdf5Signature.data(), kHdf5Signature.size()) != 0) return 0;
+  const auto version = static_cast<unsigned>(sb[8]);
+  const auto offset_size = static_cast<std::size_t>(sb[9]);
+  if ((version != 2 && version != 3) || offset_size < 1 || offset_size > 8 ||
+      size < kFileHeaderSize + 12 + 4 * offset_size + 4)
+    return 0;
   std::uint64_t eof = 0;
   for (std::size_t i = 0; i < offset_size; ++i) {
-    eof |= static_cast<std::uint64_t>(image[12 + 2 * offset_size + i]) << (8 * i);
+    eof |= static_cast<std::uint64_t>(sb[12 + 2 * offset_size + i]) << (8 * i);
   }
-  return eof <= size ? static_cast<std::size_t>(eof) : 0;
+  return eof > kFileHeaderSize && eof <= size ? static_cast<std::size_t>(eof) : 0;
 }
 }  // namespace
 
@@ -557,7 +565,11 @@ CheckpointWriter::CheckpointWriter(std::string directory, std::int64_t step)
       &CoreImage::allocate, &CoreImage::copy, &CoreImage::resize, &CoreImage::release, &CoreImage::same,
       &CoreImage::keep,     &s.image};
   ANTDT_CHECK_HDF5(H5Pset_file_image_callbacks(fapl.get(), &callbacks));
-  s.file = detail::h5_file(H5Fcreate(s.tmp_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()));
+  // The user block is where commit() puts the header with the file's size and checksum.
+  H5Handle fcpl = detail::h5_plist(H5Pcreate(H5P_FILE_CREATE));
+  ANTDT_CHECK_HDF5(fcpl.get());
+  ANTDT_CHECK_HDF5(H5Pset_userblock(fcpl.get(), checkpoint::kFileHeaderSize));
+  s.file = detail::h5_file(H5Fcreate(s.tmp_path.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()));
   if (!s.file.valid()) {
     s.tmp = FileDescriptor();
     remove_quietly(s.tmp_path, "checkpoint file");
@@ -653,11 +665,17 @@ std::string CheckpointWriter::commit(int keep) {
     if (s.file.close() < 0) {
       throw WriteError("checkpoint '" + s.tmp_path.string() + "': cannot finish it in memory: " + h5_error_message());
     }
-    const auto* bytes = static_cast<const std::byte*>(s.image.closed);
+    auto* bytes = static_cast<std::byte*>(s.image.closed);
     const std::size_t size = bytes ? superblock_end_of_file(bytes, s.image.allocated) : 0;
     if (size == 0) {
       throw WriteError("checkpoint '" + s.tmp_path.string() + "': HDF5 did not hand back a finished file image");
     }
+    // The header, in the user block HDF5 left for it: the size and the checksum of the rest,
+    // which a reader checks before HDF5 parses anything (checkpoint/file_checksum.hpp).
+    const std::uint64_t hash =
+        checkpoint::fnv1a64({bytes + checkpoint::kFileHeaderSize, size - checkpoint::kFileHeaderSize});
+    const std::vector<std::byte> header = checkpoint::render_file_header(size, hash);
+    std::memcpy(bytes, header.data(), header.size());
     write_image(s, {bytes, size});
     std::error_code ec;
     fs::rename(s.tmp_path, final_path, ec);
@@ -715,6 +733,7 @@ struct CheckpointReaderState {
   std::int64_t step = 0;
   std::int64_t format_version = 0;
   std::string antdt_version;
+  bool file_checksum = false;  // the file carries antdt's header (false: written before it did)
 };
 }  // namespace detail
 
@@ -958,6 +977,13 @@ CheckpointReader::CheckpointReader(const std::string& path)
   std::error_code ec;
   if (!fs::exists(path, ec)) throw_bad_file(path, "does not exist");
   if (!fs::is_regular_file(path, ec)) throw_bad_file(path, "is not a regular file");
+  // The raw bytes first: HDF5 may corrupt memory when it parses a damaged file, so a file whose
+  // bytes are not the ones written never reaches it.
+  const checkpoint::FileCheck check = checkpoint::check_file(path);
+  if (check.result == checkpoint::FileCheck::Result::damaged) {
+    throw_bad_file(path, check.why + "; restore an older checkpoint");
+  }
+  s.file_checksum = check.result == checkpoint::FileCheck::Result::intact;
 #if H5_VERSION_GE(1, 12, 0)
   const htri_t is_hdf5 = H5Fis_accessible(path.c_str(), H5P_DEFAULT);
 #else
@@ -1006,6 +1032,7 @@ CheckpointReader::~CheckpointReader() = default;
 std::int64_t CheckpointReader::step() const { return readable(state_).step; }
 std::string CheckpointReader::antdt_version() const { return readable(state_).antdt_version; }
 std::int64_t CheckpointReader::format_version() const { return readable(state_).format_version; }
+bool CheckpointReader::has_file_checksum() const { return readable(state_).file_checksum; }
 const std::string& CheckpointReader::path() const { return readable(state_).path; }
 
 bool CheckpointReader::has(const std::string& name) const {
@@ -1129,6 +1156,11 @@ std::optional<std::string> find_latest_checkpoint(const std::string& directory) 
                               " but its name says step " + std::to_string(step));
       }
       reader.verify();
+      if (!reader.has_file_checksum()) {
+        ANTDT_LOG(warn) << "checkpoint '" << path.string()
+                        << "' was written by an antdt that stored no file checksum: it is read as before, by HDF5 "
+                           "alone (which a damaged file can crash); the checkpoints this run writes carry one";
+      }
       return path.string();
     } catch (const Error& e) {
       ANTDT_LOG(warn) << "skipping invalid checkpoint, falling back to an older one: " << e.what();

@@ -90,8 +90,10 @@ class CheckpointWriter {
   std::unique_ptr<detail::CheckpointWriterState> state_;
 };
 
-// Reads one checkpoint. Opening validates the file: it exists, is HDF5 and not truncated,
-// carries this format version and the completeness marker. Every read validates the entry:
+// Reads one checkpoint. Opening validates the file: it exists; its raw bytes match the size and
+// checksum in its header (checked before HDF5 parses anything; a file from before antdt wrote
+// the header has none and skips this); it is HDF5 and not truncated, carries this format
+// version and the completeness marker. Every read validates the entry:
 // present, a data set, the expected type and shape, and its checksum. Several ranks may read
 // the same file at once. Move-only; not thread-safe.
 class CheckpointReader {
@@ -106,6 +108,9 @@ class CheckpointReader {
   [[nodiscard]] std::int64_t step() const;
   [[nodiscard]] std::string antdt_version() const;
   [[nodiscard]] std::int64_t format_version() const;
+  // True when the file carries antdt's whole-file checksum, which the constructor checked before
+  // HDF5 parsed the file; false for a checkpoint written before antdt stored one (read as before).
+  [[nodiscard]] bool has_file_checksum() const;
 
   // True if `name` is a data set (not a group) in this checkpoint.
   [[nodiscard]] bool has(const std::string& name) const;

@@ -22,6 +22,7 @@
 #include "antdt/config.hpp"
 #include "antdt/error.hpp"
 #include "checkpoint/checkpoint.hpp"
+#include "checkpoint/file_checksum.hpp"
 #include "checkpoint/fnv1a.hpp"
 
 namespace fs = std::filesystem;
@@ -105,6 +106,25 @@ void flip_byte(const fs::path& path, std::uint64_t offset) {
   c = static_cast<char>(c ^ 0x5a);
   f.seekp(static_cast<std::streamoff>(offset));
   f.write(&c, 1);
+  ASSERT_TRUE(f.good());
+}
+
+std::vector<char> read_all(const fs::path& path) {
+  std::ifstream f(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+// Writes a new header over a file changed behind antdt's back (with plain HDF5, or a flipped
+// byte), as a buggy writer would: the whole-file checksum then passes, so the checks behind it
+// (HDF5's own, the data sets' checksums, the attributes) are what a test sees.
+void reseal(const fs::path& path) {
+  const std::vector<char> bytes = read_all(path);
+  ASSERT_GT(bytes.size(), antdt::checkpoint::kFileHeaderSize);
+  const auto rest = std::as_bytes(std::span(bytes)).subspan(antdt::checkpoint::kFileHeaderSize);
+  const std::vector<std::byte> header =
+      antdt::checkpoint::render_file_header(bytes.size(), antdt::checkpoint::fnv1a64(rest));
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.write(reinterpret_cast<const char*>(header.data()), static_cast<std::streamsize>(header.size()));
   ASSERT_TRUE(f.good());
 }
 
@@ -384,6 +404,7 @@ TEST_F(Checkpoint, WrongFormatVersionIsReported) {
     H5Aclose(attr);
     H5Fclose(file);
   }
+  reseal(path);
   expect_message(error_of([&] { CheckpointReader r(path); }), path, {"format version 99", "reads only version 1"});
 }
 
@@ -394,6 +415,7 @@ TEST_F(Checkpoint, MissingCompletenessMarkerIsReported) {
     ASSERT_GE(H5Adelete(file, "antdt_complete"), 0);
     H5Fclose(file);
   }
+  reseal(path);
   expect_message(error_of([&] { CheckpointReader r(path); }), path, {"completeness marker"});
 }
 
@@ -406,11 +428,99 @@ TEST_F(Checkpoint, TruncatedFileIsReported) {
 }
 
 TEST_F(Checkpoint, CorruptMetadataIsReported) {
-  // The superblock (v2, offset 0) ends in a checksum at bytes 44..47.
+  // The superblock (v2, after antdt's 512-byte header) ends in a checksum at bytes 44..47.
   const std::string path = commit_step(1);
-  flip_byte(path, 45);
+  flip_byte(path, antdt::checkpoint::kFileHeaderSize + 45);
+  expect_message(error_of([&] { CheckpointReader r(path); }), path, {"fails its file checksum"});
+  // Past the file checksum (a buggy writer), HDF5's own metadata checksum still catches it.
+  reseal(path);
   expect_message(error_of([&] { CheckpointReader r(path); }), path,
                  {"cannot be opened by HDF5", "incorrect metadata checksum"});
+}
+
+TEST_F(Checkpoint, FileChecksumIsCheckedBeforeHdf5) {
+  const std::string path = commit_step(1);
+  EXPECT_TRUE(CheckpointReader(path).has_file_checksum());
+  const std::vector<char> good = read_all(path);
+  ASSERT_EQ(good.size(), fs::file_size(path));
+  const std::string header(good.data(), antdt::checkpoint::kFileHeaderSize);
+  EXPECT_EQ(header.rfind("antdt checkpoint\nsize " + std::to_string(good.size()) + "\nfnv1a64 ", 0), 0u) << header;
+  EXPECT_EQ(header.find_first_not_of('\0', header.find('\n', header.find("fnv1a64")) + 1), std::string::npos)
+      << "NUL padding after the three lines";
+  const auto restore = [&] {
+    std::ofstream(path, std::ios::binary | std::ios::trunc)
+        .write(good.data(), static_cast<std::streamsize>(good.size()));
+  };
+  // One flipped bit anywhere (header text, padding, superblock, metadata, data, the last byte)
+  // is caught by the raw check, before HDF5 opens the file.
+  const std::uint64_t size = good.size();
+  for (const std::uint64_t offset :
+       {std::uint64_t{0}, std::uint64_t{5}, std::uint64_t{20}, std::uint64_t{30}, std::uint64_t{45}, std::uint64_t{300},
+        std::uint64_t{511}, std::uint64_t{512}, std::uint64_t{600}, size / 2, size - 1}) {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(offset));
+    const char flipped = static_cast<char>(good[offset] ^ 0x10);
+    f.write(&flipped, 1);
+    f.close();
+    const antdt::checkpoint::FileCheck check = antdt::checkpoint::check_file(path);
+    EXPECT_EQ(check.result, antdt::checkpoint::FileCheck::Result::damaged) << "flip at " << offset;
+    const std::string message = error_of([&] { CheckpointReader r(path); });
+    expect_message(message, path, {"restore an older checkpoint"});
+    EXPECT_EQ(message.find("HDF5 ("), std::string::npos) << "HDF5 never saw it: " << message;
+    restore();
+  }
+  EXPECT_EQ(antdt::checkpoint::check_file(path).result, antdt::checkpoint::FileCheck::Result::intact);
+  { std::ofstream(path, std::ios::binary | std::ios::app) << "x"; }
+  expect_message(error_of([&] { CheckpointReader r(path); }), path, {"bytes but its header records"});
+  restore();
+  fs::resize_file(path, 300);
+  expect_message(error_of([&] { CheckpointReader r(path); }), path, {"truncated", "less than its own header"});
+}
+
+TEST_F(Checkpoint, CheckpointWithoutFileChecksumIsStillRead) {
+  // A checkpoint from before antdt stored file checksums: an HDF5 file from offset 0 (h5unjam's
+  // job, done here by hand with HDF5: the same entries and attributes, no user block).
+  fs::create_directories(dir_);
+  const fs::path old = dir_ / "ckpt-00000001.h5";
+  {
+    const hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_LATEST);
+    const hid_t file = H5Fcreate(old.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    const hid_t scalar = H5Screate(H5S_SCALAR);
+    const auto int_attr = [&](hid_t on, const char* name, std::uint64_t value, hid_t type) {
+      const hid_t a = H5Acreate2(on, name, type, scalar, H5P_DEFAULT, H5P_DEFAULT);
+      H5Awrite(a, type == H5T_STD_U64LE ? H5T_NATIVE_UINT64 : H5T_NATIVE_INT64, &value);
+      H5Aclose(a);
+    };
+    const hid_t str = H5Tcopy(H5T_C_S1);
+    const std::string version = ANTDT_VERSION_STRING;
+    H5Tset_size(str, version.size());
+    const hid_t va = H5Acreate2(file, "antdt_version", str, scalar, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(va, str, version.data());
+    H5Aclose(va);
+    int_attr(file, "antdt_format_version", 1, H5T_STD_I64LE);
+    int_attr(file, "step", 1, H5T_STD_I64LE);
+    int_attr(file, "antdt_complete", 1, H5T_STD_I64LE);
+    const std::int64_t value = 77;
+    const hid_t dset = H5Dcreate2(file, "value", H5T_NATIVE_INT64, scalar, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    H5Dwrite(dset, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, &value);
+    int_attr(dset, "antdt_fnv1a64", antdt::checkpoint::fnv1a64(std::as_bytes(std::span(&value, 1))), H5T_STD_U64LE);
+    H5Dclose(dset);
+    H5Tclose(str);
+    H5Sclose(scalar);
+    H5Fclose(file);
+    H5Pclose(fapl);
+  }
+  EXPECT_EQ(antdt::checkpoint::check_file(old.string()).result, antdt::checkpoint::FileCheck::Result::legacy);
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(antdt::find_latest_checkpoint(dir_.string()), old.string());
+  const std::string log = testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("stored no file checksum"), std::string::npos) << "one warning says so: " << log;
+  CheckpointReader r(old.string());
+  EXPECT_FALSE(r.has_file_checksum());
+  EXPECT_EQ(r.int64("value"), 77);
+  // The next checkpoint of the run carries one.
+  EXPECT_TRUE(CheckpointReader(commit_step(2)).has_file_checksum());
 }
 
 TEST_F(Checkpoint, NonHdf5AndMissingFilesAreReported) {
@@ -473,6 +583,8 @@ TEST_F(Checkpoint, FlippedDataByteFailsTheChecksum) {
   }
   flip_byte(path, data_offset(path, "model/params") + 2047);
   flip_byte(path, data_offset(path, "meta/policy") + 1);
+  expect_message(error_of([&] { CheckpointReader r(path); }), path, {"fails its file checksum"});
+  reseal(path);              // past the file checksum (a buggy writer): the data sets' own catch it
   CheckpointReader r(path);  // structure is intact: opening succeeds
   expect_message(error_of([&] { (void)r.floats("model/params"); }), path,
                  {"'model/params'", "fails its checksum", "corrupt"});
@@ -493,6 +605,7 @@ TEST_F(Checkpoint, DataSetWithoutChecksumIsReported) {
     H5Sclose(space);
     H5Fclose(file);
   }
+  reseal(path);
   CheckpointReader r(path);
   expect_message(error_of([&] { (void)r.floats("foreign"); }), path, {"'foreign'", "no 'antdt_fnv1a64' checksum"});
 }
@@ -516,6 +629,7 @@ TEST_F(Checkpoint, ImplausibleSizeIsReportedNotAllocated) {
     H5Sclose(space);
     H5Fclose(file);
   }
+  reseal(path);
   CheckpointReader r(path);
   expect_message(error_of([&] { (void)r.floats("huge"); }), path, {"'huge'", "more than the whole file holds"});
 }
