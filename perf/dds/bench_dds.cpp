@@ -7,7 +7,12 @@
 //   4. Checkpoint of a large ledger (rank 0, pure): serialize + restore of a Ledger and of a
 //      Coordinator (coverage bitmaps included) with 10^6 shards in a realistic mid-run state.
 //   5. What shuffling within shards costs the reads: each rank's slice of every step read from
-//      HDF5, shuffled within its shard or contiguous, at the Session's default shard size.
+//      HDF5, shuffled within its shard or contiguous, at shards of 10 B or B / 64.
+//   6. (opt-in, --read-data FILE) What the data order costs the reads of an existing file: each
+//      rank reads its slice of the first --read-steps steps under one order (--read-order):
+//      `default` (a full permutation per epoch), `local` (shards of 10 B, shuffled within) or
+//      `contiguous` (shards of 10 B, not shuffled within). One order per run, so that a script
+//      can drop the page cache between runs and interleave them (perf/dds/read-order.sh).
 // Protocol: warm up, barrier, clock, loop, barrier, max over ranks; configuration printed
 // with the figures. Run with e.g. `mpirun -np 4 antdt-bench-dds`.
 #include <mpi.h>
@@ -52,6 +57,9 @@ struct Config {
   std::int64_t ckpt_shards = 1'000'000;
   std::int64_t ckpt_shard_size = 100;
   int ckpt_repeats = 5;
+  std::string read_data;
+  std::string read_order = "default";
+  std::int64_t read_steps = 50;
 };
 
 double median(std::vector<double> v) {
@@ -106,7 +114,7 @@ void bench_coordinator(const Config& cfg) {
     for (const bool within : {false, true}) {
       antdt::dds::LedgerOptions o;
       o.dataset_size = cfg.samples;
-      o.shard_size = antdt::dds::default_shard_size(cfg.samples, 4 * slice);  // 4 ranks' batch
+      o.shard_size = antdt::dds::local_shard_size(cfg.samples, 4 * slice);  // 4 ranks' batch
       o.seed = 1;
       o.shuffle_within_shard = within;
       const antdt::dds::ShardMap map(o);
@@ -364,6 +372,30 @@ void bench_checkpoint(const Config& cfg) {
   }
 }
 
+// This rank's reads of its slices over `max_steps` steps (0: one epoch) of a Session with equal
+// shares: seconds spent in read(), rows read, steps.
+struct TimedReads {
+  double seconds = 0;
+  std::int64_t rows = 0, steps = 0;
+};
+TimedReads timed_reads(const antdt::Communicator& comm, antdt::data::Hdf5Dataset& data, std::int64_t shard,
+                       std::int64_t per_rank, std::int64_t max_steps, bool within) {
+  std::vector<float> features(static_cast<std::size_t>(per_rank * data.dim()));
+  std::vector<std::int32_t> labels(static_cast<std::size_t>(per_rank));
+  TimedReads t;
+  run_session_steps(
+      comm, data.size(), shard, per_rank, 1, max_steps,
+      [&](const antdt::StepWork& work, const antdt::Session&) {
+        const auto r0 = Clock::now();
+        data.read(work.samples, features.data(), labels.data());
+        t.seconds += seconds_since(r0);
+        t.rows += static_cast<std::int64_t>(work.samples.size());
+        ++t.steps;
+      },
+      within);
+  return t;
+}
+
 // Each rank reads its slice of every step of one epoch from HDF5 (independent mode, page cache
 // warm), its slice shuffled within its shard or contiguous, at the Session's default shard size
 // (10 global batches). Reads only: the cost of the shuffle on the reader, not on a step.
@@ -386,20 +418,7 @@ void bench_shuffle(const antdt::Communicator& comm, const Config& cfg) {
       for (int rep = 0; rep < 4; ++rep) {  // the first round warms the cache and is not kept
         for (int w = 0; w < 2; ++w) {
           antdt::data::Hdf5Dataset data(path, {}, antdt::data::ReadMode::independent, comm.get());
-          std::vector<float> features(static_cast<std::size_t>(per_rank * cfg.h5_dim));
-          std::vector<std::int32_t> labels(static_cast<std::size_t>(per_rank));
-          double read_time = 0;
-          std::int64_t rows = 0, steps = 0;
-          run_session_steps(
-              comm, data.size(), shard, per_rank, 1, 0,
-              [&](const antdt::StepWork& work, const antdt::Session&) {
-                const auto r0 = Clock::now();
-                data.read(work.samples, features.data(), labels.data());
-                read_time += seconds_since(r0);
-                rows += static_cast<std::int64_t>(work.samples.size());
-                ++steps;
-              },
-              w == 1);
+          const auto [read_time, rows, steps] = timed_reads(comm, data, shard, per_rank, 0, w == 1);
           const double read_max = max_over_ranks(comm, read_time);
           std::int64_t total_rows = 0;
           MPI_Allreduce(&rows, &total_rows, 1, MPI_INT64_T, MPI_SUM, comm.get());
@@ -424,6 +443,42 @@ void bench_shuffle(const antdt::Communicator& comm, const Config& cfg) {
   remove_bench_file(comm, cfg, path);
 }
 
+// One run of section 6: the first `read_steps` steps of one epoch of an existing file under one
+// data order, each rank reading its slice (independent mode); times only the reads.
+void bench_read_order(const antdt::Communicator& comm, const Config& cfg) {
+  antdt::data::Hdf5Dataset data(cfg.read_data, {}, antdt::data::ReadMode::independent, comm.get());
+  const std::int64_t per_rank = cfg.batch, dim = data.dim();
+  const std::int64_t local = antdt::dds::local_shard_size(data.size(), per_rank * comm.size());
+  std::int64_t shard = 0;
+  bool within = true;
+  if (cfg.read_order == "local") {
+    shard = local;
+  } else if (cfg.read_order == "contiguous") {
+    shard = local;
+    within = false;
+  } else if (cfg.read_order != "default") {
+    throw antdt::UsageError("--read-order must be default, local or contiguous, got '" + cfg.read_order + "'");
+  }
+  const auto [read_time, rows, steps] = timed_reads(comm, data, shard, per_rank, cfg.read_steps, within);
+  const double read_max = max_over_ranks(comm, read_time);
+  std::int64_t total_rows = 0;
+  MPI_Allreduce(&rows, &total_rows, 1, MPI_INT64_T, MPI_SUM, comm.get());
+  long long calls = data.read_calls();
+  MPI_Allreduce(MPI_IN_PLACE, &calls, 1, MPI_LONG_LONG, MPI_SUM, comm.get());
+  if (comm.is_root()) {
+    const double mb = static_cast<double>(total_rows) * static_cast<double>(dim) * 4.0 / 1e6;
+    std::printf("\n[6] read order %s: %d ranks x %lld rows a step of %lld x %lld float32, shard %lld%s, %lld steps\n",
+                cfg.read_order.c_str(), comm.size(), static_cast<long long>(per_rank),
+                static_cast<long long>(data.size()), static_cast<long long>(dim),
+                static_cast<long long>(shard == 0 ? data.size() : shard), within ? " shuffled within" : " contiguous",
+                static_cast<long long>(steps));
+    std::printf("read-order\t%s\tseconds\t%.4f\tms_per_step\t%.3f\tMB_per_s\t%.1f\treads_per_step\t%.1f\n",
+                cfg.read_order.c_str(), read_max,
+                1e3 * read_max / static_cast<double>(std::max<std::int64_t>(1, steps)), mb / read_max,
+                static_cast<double>(calls) / static_cast<double>(std::max<std::int64_t>(1, steps)));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -443,11 +498,17 @@ int main(int argc, char** argv) {
   app.add_option("--ckpt-shards", cfg.ckpt_shards, "shards of the ledger checkpointed in [4]")->capture_default_str();
   app.add_option("--ckpt-shard-size", cfg.ckpt_shard_size, "samples per shard in [4]")->capture_default_str();
   app.add_option("--ckpt-repeats", cfg.ckpt_repeats, "repeats in [4] (the median is printed)")->capture_default_str();
+  app.add_option("--read-data", cfg.read_data, "existing HDF5 file read in [6] (giving it runs [6] only)");
+  app.add_option("--read-order", cfg.read_order,
+                 "[6]: default (full permutation), local (shards of 10 B) or contiguous")
+      ->capture_default_str();
+  app.add_option("--read-steps", cfg.read_steps, "[6]: steps read (--batch rows per rank each)")->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
+  if (!cfg.read_data.empty()) cfg.sections = "6";
   const auto run_section = [&](int k) { return cfg.sections.find(std::to_string(k)) != std::string::npos; };
   try {
     auto comm = antdt::Communicator::duplicate(MPI_COMM_WORLD);
@@ -461,6 +522,7 @@ int main(int argc, char** argv) {
     if (run_section(2)) bench_control(comm, cfg);
     if (run_section(3)) bench_hdf5(comm, cfg);
     if (run_section(5)) bench_shuffle(comm, cfg);
+    if (run_section(6)) bench_read_order(comm, cfg);
   } catch (const antdt::Error& e) {
     std::fprintf(stderr, "antdt-bench-dds: %s\n", e.what());
     return 1;

@@ -3,8 +3,9 @@
 //
 //   The order. N samples are cut into S = ceil(N / shard_size) shards; shard s holds the
 //   indices [s*shard_size, min(N, (s+1)*shard_size)). Each epoch visits the shards in its own
-//   seeded order and the samples of each shard in its own seeded order. The epochs follow one
-//   another in one STREAM of positions: epoch e is the stream positions [e*N, (e+1)*N).
+//   seeded order and the samples of each shard in its own seeded order. By default there is one
+//   shard, the whole data set: each epoch is a full seeded permutation of it. The epochs follow
+//   one another in one STREAM of positions: epoch e is the stream positions [e*N, (e+1)*N).
 //
 //   The steps. Step t trains on the next B positions of the stream, [t*B, (t+1)*B) while no
 //   step has left positions undone. The plan only divides them: rank i trains on the
@@ -31,7 +32,7 @@ namespace antdt::dds {
 
 struct LedgerOptions {
   std::int64_t dataset_size = 0;  // 1 <= N <= kMaxDatasetSize
-  std::int64_t shard_size = 0;    // 0: default_shard_size(N, kDefaultBatch)
+  std::int64_t shard_size = 0;    // 0: default_shard_size(N, kDefaultBatch, shuffle_within_shard)
   std::uint64_t seed = 0;
   bool shuffle_shards = true;        // each epoch visits the shards in its own seeded order
   bool shuffle_within_shard = true;  // each (epoch, shard) has its own seeded sample order
@@ -49,10 +50,20 @@ inline constexpr std::int64_t kMaxStreamPosition = std::int64_t{1} << 62;
 // The global batch assumed when LedgerOptions::shard_size is 0. The Session passes its B.
 inline constexpr std::int64_t kDefaultBatch = 256;
 
-// About 10 global batches, at least 1, at most N: a step reads from one shard or two, and the
-// within-shard shuffle mixes ten steps' worth of samples. Independent of the world size, so
-// that the order (and every step's samples) is too. Throws UsageError for N < 1.
-[[nodiscard]] std::int64_t default_shard_size(std::int64_t dataset_size, std::int64_t global_batch);
+// Shards of about 10 global batches, at least 1, at most N: the shard-local order, for read
+// locality. A step reads from one shard or two, and a shuffle within shards mixes only ten
+// steps' worth of samples (a file stored in class order gives steps of one or two classes).
+// Independent of the world size, so that the order (and every step's samples) is too. Throws
+// UsageError for N < 1.
+[[nodiscard]] std::int64_t local_shard_size(std::int64_t dataset_size, std::int64_t global_batch);
+
+// What shard_size 0 stands for. Shuffled within shards (the default): N, one shard, so every
+// epoch is a full seeded permutation of the data set and every step a uniform sample of it,
+// however the file is sorted (as PyTorch's DistributedSampler). Not shuffled within shards:
+// local_shard_size, each step's slices contiguous runs of the file (one shard in N would read
+// the file in its stored order every epoch). Throws UsageError for N < 1.
+[[nodiscard]] std::int64_t default_shard_size(std::int64_t dataset_size, std::int64_t global_batch,
+                                              bool shuffle_within_shard);
 
 // A run of positions of one shard in one epoch: [begin, end) in that shard's order.
 struct Piece {

@@ -87,10 +87,15 @@ std::uint64_t within_key(std::uint64_t seed, std::int64_t epoch, std::int64_t sh
 
 }  // namespace
 
-std::int64_t default_shard_size(std::int64_t dataset_size, std::int64_t global_batch) {
+std::int64_t local_shard_size(std::int64_t dataset_size, std::int64_t global_batch) {
   if (dataset_size < 1) throw UsageError("dds: dataset size must be at least 1, got " + std::to_string(dataset_size));
   const std::int64_t batch = global_batch < 1 ? 1 : global_batch;
   return batch > dataset_size / 10 ? dataset_size : 10 * batch;  // 10 * batch may overflow
+}
+
+std::int64_t default_shard_size(std::int64_t dataset_size, std::int64_t global_batch, bool shuffle_within_shard) {
+  const std::int64_t local = local_shard_size(dataset_size, global_batch);  // checks N
+  return shuffle_within_shard ? dataset_size : local;
 }
 
 std::int64_t StepBatch::size() const noexcept {
@@ -141,7 +146,7 @@ ShardMap::ShardMap(const LedgerOptions& options)
   if (options.max_epochs < 0) {
     throw UsageError("dds: max_epochs must be >= 0 (0 = unlimited), got " + std::to_string(options.max_epochs));
   }
-  if (shard_size_ == 0) shard_size_ = default_shard_size(dataset_size_, kDefaultBatch);
+  if (shard_size_ == 0) shard_size_ = default_shard_size(dataset_size_, kDefaultBatch, shuffle_within_shard_);
   if (shard_size_ > dataset_size_) shard_size_ = dataset_size_;
   num_shards_ = dataset_size_ / shard_size_ + (dataset_size_ % shard_size_ != 0 ? 1 : 0);
 }

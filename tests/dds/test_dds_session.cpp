@@ -40,7 +40,6 @@ class ShiftingSplit final : public PolicyPlugin {
 
 struct Case {
   std::int64_t n, shard, global_batch, epochs;
-  int prefetch;
   bool shuffle_within;
   std::string policy;
 };
@@ -69,7 +68,6 @@ void run_case(const Case& c) {
   o.shard_size = c.shard;
   o.global_batch = c.global_batch;
   o.max_epochs = c.epochs;
-  o.prefetch_steps = c.prefetch;
   o.shuffle_within_shard = c.shuffle_within;
   o.seed = 11;
   o.controller.policy = c.policy;
@@ -110,19 +108,19 @@ void run_case(const Case& c) {
 
 }  // namespace
 
-TEST(DdsSession, EqualSharesEveryIndexOncePerEpoch) { run_case({1001, 16, 8L * world_size(), 3, 2, false, "static"}); }
+TEST(DdsSession, EqualSharesEveryIndexOncePerEpoch) { run_case({1001, 16, 8L * world_size(), 3, false, "static"}); }
 
-TEST(DdsSession, SplitChangingEveryStep) { run_case({997, 7, 12L * world_size(), 2, 2, true, "test-shifting"}); }
+TEST(DdsSession, SplitChangingEveryStep) { run_case({997, 7, 12L * world_size(), 2, true, "test-shifting"}); }
 
 TEST(DdsSession, DatasetSmallerThanOneStep) {
   // N = 5 with a global batch of 6 or more: every step spans several epochs.
-  run_case({5, 2, 6L + world_size(), 4, 1, false, "static"});
+  run_case({5, 2, 6L + world_size(), 4, false, "static"});
 }
 
-TEST(DdsSession, ShardSizeOneAndDeepPrefetch) { run_case({37, 1, 3L * world_size(), 2, 3, false, "test-shifting"}); }
+TEST(DdsSession, ShardSizeOne) { run_case({37, 1, 3L * world_size(), 2, false, "test-shifting"}); }
 
 TEST(DdsSession, ARankWithoutAShare) {
   // B < world: the equal split leaves the last rank without samples; it still takes part.
   if (world_size() < 2) GTEST_SKIP() << "needs two ranks for one to have no share";
-  run_case({101, 5, world_size() - 1L, 2, 2, false, "static"});
+  run_case({101, 5, world_size() - 1L, 2, false, "static"});
 }

@@ -40,13 +40,18 @@ TEST(ShardMap, GeometryWithShortLastShard) {
   EXPECT_THROW((void)map.sample_index(0, 3, 1), antdt::UsageError);
 }
 
-TEST(ShardMap, DefaultShardSizeIsTenGlobalBatchesClampedToN) {
-  EXPECT_EQ(default_shard_size(100000, 256), 2560);
-  EXPECT_EQ(default_shard_size(2000, 256), 2000) << "small data: one shard, shuffled whole";
-  EXPECT_EQ(default_shard_size(5, 0), 5);
-  EXPECT_EQ(default_shard_size(1, 1), 1);
-  EXPECT_THROW((void)default_shard_size(0, 32), antdt::UsageError);
-  EXPECT_EQ(ShardMap(opts(100000, 0)).shard_size(), 10 * kDefaultBatch);
+TEST(ShardMap, TheDefaultShardIsTheWholeDataSetOrTenGlobalBatchesWhenNotShuffledWithin) {
+  EXPECT_EQ(local_shard_size(100000, 256), 2560);
+  EXPECT_EQ(local_shard_size(2000, 256), 2000) << "small data: one shard";
+  EXPECT_EQ(local_shard_size(5, 0), 5);
+  EXPECT_EQ(local_shard_size(1, 1), 1);
+  EXPECT_THROW((void)local_shard_size(0, 32), antdt::UsageError);
+  EXPECT_EQ(default_shard_size(100000, 256, true), 100000) << "shuffled: one shard, a full permutation";
+  EXPECT_EQ(default_shard_size(100000, 256, false), 2560) << "contiguous: shard-local";
+  EXPECT_THROW((void)default_shard_size(0, 32, true), antdt::UsageError);
+  EXPECT_EQ(ShardMap(opts(100000, 0, true, 0, true)).shard_size(), 100000);
+  EXPECT_EQ(ShardMap(opts(100000, 0, true, 0, true)).num_shards(), 1);
+  EXPECT_EQ(ShardMap(opts(100000, 0, true, 0, false)).shard_size(), 10 * kDefaultBatch);
   EXPECT_EQ(ShardMap(opts(7, 100)).shard_size(), 7);
 }
 
