@@ -164,13 +164,10 @@ int run(int argc, char** argv) {
   app.add_option("--epochs", config.max_epochs, "Stop after this many epochs (0: by --steps only)")
       ->check(non_negative(config.max_epochs))
       ->capture_default_str();
-  app.add_option("--shard-size", config.shard_size, "DDS shard length (0: about 10 per-rank shares)")
+  app.add_option("--shard-size", config.shard_size, "DDS shard length (0: about 10 global batches)")
       ->check(non_negative(config.shard_size))
       ->capture_default_str();
-  app.add_option("--prefetch-steps", config.prefetch_steps,
-                 "No effect (every rank computes its steps from the data order)")
-      ->check(CLI::Range(1, 64))
-      ->capture_default_str();
+  antdt::cli::gone_option(app, "prefetch-steps", "it has had no effect since batches became positional");
   app.add_option("--policy", policies,
                  "Controller policies to compare, one after another (static, dd, nd, auto, or a plugin)")
       ->expected(1, -1)
@@ -208,6 +205,11 @@ int run(int argc, char** argv) {
   app.add_option("--window", ctl.window, "Monitor window in steps")->check(CLI::Range(1, 10000))->capture_default_str();
   app.add_option("--persistence", ctl.persistence, "Consecutive steps a condition must hold before it counts")
       ->check(CLI::Range(1, 10000))
+      ->capture_default_str();
+  app.add_option("--rejoin-after", ctl.rejoin_after,
+                 "Backup workers: seconds of steps before a rank that sits out rejoins for a trial (doubles, up to "
+                 "8x, while trials fail)")
+      ->check(CLI::Range(0.001, 1e6))
       ->capture_default_str();
   app.add_option("--straggler-ratio", ctl.straggler_ratio, "Slow: throughput below this fraction of the median")
       ->check(CLI::Range(0.01, 1.0))
@@ -252,7 +254,8 @@ int run(int argc, char** argv) {
       ->check(non_negative(config.network.atomic_seconds))
       ->capture_default_str();
   app.add_option("--backup-workers", config.backup_workers,
-                 "nd: ranks a step may do without (default 1, or 0 on a single rank)")
+                 "dd, nd, auto: ranks that may sit out at once, as in a job (docs/nd.md, \"Sitting out\"); 0 turns "
+                 "it off (default 1, or 0 on a single rank)")
       ->check(CLI::Range(-1, 1 << 24));
   app.add_option("--nd-chunks", config.chunks_per_share, "nd: a micro-chunk is about a rank's share / this")
       ->check(CLI::Range(1, 1024))

@@ -44,6 +44,17 @@ struct ControllerOptions {
   int persistence = 5;             // consecutive steps a condition must hold before it counts
   double straggler_ratio = 0.85;   // slow: throughput < ratio * cluster median throughput
   std::int64_t plan_lag = 0;       // extra steps between deciding and applying a plan
+  // Backup workers: how many ranks may sit out at once (docs/nd.md, "Sitting out"): a rank that
+  // is away or costs more than it gives gets no samples and leaves the reduction until a trial
+  // shows it pays again. 0: none (the Session sets it from SessionOptions::backup_workers).
+  // Policies that rebalance (dd, nd, auto) only.
+  int backup_workers = 0;
+  // Seconds of steps before a rank that sits out rejoins for its first trial; each trial that
+  // fails doubles it, up to 8x. A longer time costs less when ranks stay away long, and finds a
+  // rank that came back later.
+  double rejoin_after = 1.0;
+  // Ranks that never sit out (ascending), e.g. the rank a test kills at a given step.
+  std::vector<std::int32_t> never_sit_out;
   CostModelParams cost;
   RestartOptions restart;
   // Each rank's node (empty: one node per rank). A restart leaves out whole nodes, so every
@@ -105,13 +116,12 @@ struct SessionOptions {
   std::int64_t dataset_size = 0;     // N samples, indices [0, N)
   std::int64_t global_batch = 0;     // B samples per step across all ranks
   std::int64_t micro_batch_cap = 0;  // this rank's m_i (most samples per micro-step); 0 = global_batch
-  std::int64_t shard_size = 0;       // DDS shard length; 0 = about 10 global batches (docs/dds.md)
+  std::int64_t shard_size = 0;       // DDS shard length; 0 = one shard, each epoch a full shuffle (docs/dds.md)
   std::uint64_t seed = 0;            // data order seed (shard order, order within shards)
   bool shuffle_shards = true;        // each epoch visits the shards in its own order
   bool shuffle_within_shard = true;  // ... and the samples of each shard (off: contiguous reads)
   std::int64_t max_epochs = 0;       // 0 = unlimited (stop by steps)
   std::int64_t max_steps = 0;        // 0 = unlimited (stop by epochs)
-  int prefetch_steps = 2;            // no effect: every rank composes its own steps from the data order
   // Steps a rank runs before it needs rank 0's reply to a step: 1 (rank 0 decides step t while
   // the ranks compute t + 1; plans take effect at t + 2) or 0 (every rank waits for each
   // decision, as before). Stops, checkpoints and the last step are settled either way.
@@ -120,8 +130,13 @@ struct SessionOptions {
   // Policy static only: this split b_i (one per rank, summing to global_batch) instead of equal
   // batches, e.g. the best fixed split found offline to compare dd against. Empty: equal.
   std::vector<std::int64_t> fixed_split;
-  int backup_workers = -1;   // pooled policies (nd): checked (0 to ranks - 1), no longer limits any
-                             // rank's claims (docs/nd.md); -1: 1, or 0 on a single rank
+  // Backup workers (docs/nd.md, "Sitting out"): how many ranks may sit out at once, in
+  // [0, ranks - 1]; -1: 1, or 0 on a single rank. 0 turns sitting out off. Policies dd, nd and
+  // auto, in programs that can hand their state to a rank that rejoins (can_sit_out).
+  int backup_workers = -1;
+  // Set by antdt::Job, which hands its registered state to a rank that rejoins: without it no
+  // rank sits out (a bare Session cannot bring a rank's model back up to date).
+  bool can_sit_out = false;
   int chunks_per_share = 8;  // pooled policies: a micro-chunk is about b_i / this
   double first_chunk = 0.0;  // pooled policies: a step's first chunk is at least this part of b_i, in [0, 1)
   PoolMechanism pool_mechanism = PoolMechanism::automatic;  // pooled policies: counter or deadline

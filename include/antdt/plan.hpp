@@ -23,12 +23,18 @@ struct Plan {
   // Its steps are pooled (docs/nd.md): every rank claims micro-chunks of B until B are claimed,
   // and b_i is rank i's expected share. Only where the job has a pool (PoolOptions::pooled).
   bool pooled = false;
+  // The ranks that sit out these steps (backup workers, docs/nd.md "Sitting out"), ascending:
+  // each has b_i == 0 and takes no part in the steps' reductions or control rounds; the others
+  // reduce on a communicator of their own. Never rank 0. Usually empty.
+  std::vector<std::int32_t> sitting;
 
   [[nodiscard]] int world_size() const noexcept { return static_cast<int>(batch.size()); }
   // Sizes of rank i's micro-batches for a full share: split_micro_batches(b_i, m_i), k_i parts.
   [[nodiscard]] std::vector<std::int64_t> micro_batches(int rank) const;
   // The same rule for the n samples rank i actually holds (fewer than b_i at the end of the data).
   [[nodiscard]] std::vector<std::int64_t> micro_batches(int rank, std::int64_t n) const;
+  // Whether rank i sits out these steps.
+  [[nodiscard]] bool sits_out(int rank) const noexcept;
 };
 
 }  // namespace antdt

@@ -78,6 +78,9 @@ void Agent::resume(const protocol::ResumeState& state, const dds::LedgerOptions&
   completed_epochs_ = state.completed_epochs;
   committed_total_ = state.committed_total;
   finished_ = state.finished;
+  stopped_ = state.stopped;
+  restart_ = state.restart;
+  passed_step_ = -1;
   map_ = dds::ShardMap(saved_order);
   stream_ = dds::StepStream(saved_order.dataset_size, saved_order.max_epochs, state.cursor, state.carried);
 }

@@ -26,8 +26,9 @@ namespace {
 constexpr std::uint32_t kControllerMagic = 0x4c544341;  // "ACTL"
 // 2: adds each rank's was-fine flag and the restarts decided. 3: adds the cost model's recent
 // prediction errors. 4: plans say whether their steps are pooled, and one field list serves
-// both directions; formats 1 to 3 are refused with a clear error.
-constexpr std::uint32_t kControllerFormat = 4;
+// both directions; formats 1 to 3 are refused with a clear error. 5: plans list the ranks that
+// sit out, and the sit-out's state follows.
+constexpr std::uint32_t kControllerFormat = 5;
 
 void validate(const ControllerOptions& o) {
   if (o.window < 1) throw UsageError("controller: window must be at least 1 step, got " + std::to_string(o.window));
@@ -36,6 +37,8 @@ void validate(const ControllerOptions& o) {
   if (!(o.min_gain >= 0.0)) throw UsageError("controller: min_gain must be >= 0, got " + std::to_string(o.min_gain));
   if (!(o.min_pool_gain >= 0.0 && o.min_pool_gain < 1.0))
     throw UsageError("controller: min_pool_gain must be in [0, 1), got " + std::to_string(o.min_pool_gain));
+  if (!(o.rejoin_after > 0.0 && o.rejoin_after <= 1e6))
+    throw UsageError("controller: rejoin_after must be in (0, 1e6] seconds, got " + std::to_string(o.rejoin_after));
   if (o.min_interval < 0) throw UsageError("controller: min_interval must be >= 0");
   if (o.warmup_steps < 0) throw UsageError("controller: warmup_steps must be >= 0");
   if (o.plan_lag < 0) throw UsageError("controller: plan_lag must be >= 0");
@@ -99,7 +102,7 @@ Plan Controller::checked(Plan p) const {
   std::int64_t sum = 0;
   for (std::size_t i = 0; i < n; ++i) {
     if (p.batch[i] < 0) throw UsageError(who + "plan gives rank " + std::to_string(i) + " a negative batch");
-    if (p.batch[i] == 0 && options_.global_batch >= static_cast<std::int64_t>(n)) {
+    if (p.batch[i] == 0 && options_.global_batch >= static_cast<std::int64_t>(n) && !p.sits_out(static_cast<int>(i))) {
       throw UsageError(who + "plan leaves rank " + std::to_string(i) + " without work although B >= world size");
     }
     sum += p.batch[i];
@@ -109,6 +112,7 @@ Plan Controller::checked(Plan p) const {
                      std::to_string(options_.global_batch));
   }
   if (p.pooled && !policy_->pools()) throw UsageError(who + "plan pools its steps, but the policy does not pool");
+  if (const std::string why = sitting_problem(p); !why.empty()) throw UsageError(who + "plan: " + why);
   p.global_batch = options_.global_batch;
   p.micro_batch_cap = options_.caps;
   update_accumulation(p);
@@ -232,6 +236,25 @@ std::pair<double, double> Controller::predict_now(const Plan& p) const {
 
 double Controller::model_error() const { return detail::median(errors_); }
 
+// Every rank's cost-model inputs, as dd reads them (a rank without timing at the median speed).
+void Controller::model_inputs(const Plan& p) {
+  const auto n = static_cast<std::size_t>(monitor_.world_size());
+  x_.assign(n, 0.0);
+  fixed_.assign(n, 0.0);
+  const double fill = monitor_.median_throughput();
+  for (std::size_t r = 0; r < n; ++r) {
+    const int i = static_cast<int>(r);
+    if (p.sits_out(i) || !monitor_.has_throughput(i)) {
+      x_[r] = fill;
+      fixed_[r] = p.sits_out(i) ? 0.0 : monitor_.data_wait_seconds(i);
+      continue;
+    }
+    const detail::RankModel m = detail::rank_model(monitor_, i, options_.persistence);
+    x_[r] = m.throughput > 0.0 ? m.throughput : fill;
+    fixed_[r] = m.fixed;
+  }
+}
+
 std::optional<Plan> Controller::on_step(std::int64_t step, std::span<const RankStepStats> stats,
                                         const StepOutlook& outlook) {
   restart_.reset();
@@ -260,14 +283,21 @@ std::optional<Plan> Controller::on_step(std::int64_t step, std::span<const RankS
   const ControllerContext context{
       step, plan(), monitor_, assessments_, options_, cost_, last_change_step_, model_error(), plan_at(step).pooled};
   if (policy_->restarts()) consider_restart(context, outlook);
-  std::optional<Plan> decided = policy_->decide(context);
+  std::optional<Plan> decided;
+  if (policy_->rebalances() && (options_.backup_workers > 0 || !plan().sitting.empty())) {
+    model_inputs(plan());
+    sit_out_.observe(step, stats, plan_at(step), x_, fixed_, options_.window);
+    if (history_.back().effective_step <= step)
+      decided = sit_out_.decide(context, x_, fixed_, detail::measured_allreduce(monitor_), options_.backup_workers);
+  }
+  if (!decided) decided = policy_->decide(context);
   // One plan waits at a time: with plan_lag >= 1 a plan issued at step t - 1 is not yet in force
   // at step t, and every rank holds one pending plan (PlanSchedule); a policy that wants another
   // change at once proposes it again at the next step.
   if (!decided || history_.back().effective_step > step) return std::nullopt;
   if (!policy_->switches_pooling()) decided->pooled = plan().pooled;
   Plan next = checked(std::move(*decided));
-  if (next.batch == plan().batch && next.pooled == plan().pooled) return std::nullopt;
+  if (next.batch == plan().batch && next.pooled == plan().pooled && next.sitting == plan().sitting) return std::nullopt;
   next.effective_step = context.effective_step();
   next.version = plan().version + 1;
   if (next.reason.empty()) next.reason = "policy " + policy_->name();
@@ -367,13 +397,14 @@ struct SavedController {
   std::vector<std::uint8_t> was_fine;
   std::int32_t restarts = 0;
   std::int64_t last_restart = -1;
-  std::vector<double> errors;  // the cost model's recent prediction errors, oldest first
+  std::vector<double> errors;      // the cost model's recent prediction errors, oldest first
+  std::vector<std::byte> sit_out;  // detail::SitOut::save
 
   template <class Self, class F>
   static void fields(Self& m, F&& f) {
     f(m.world), f(m.policy), f(m.global_batch), f(m.caps), f(m.history), f(m.monitor), f(m.slow_streak),
         f(m.last_change), f(m.last_step), f(m.policy_state), f(m.was_fine), f(m.restarts), f(m.last_restart),
-        f(m.errors);
+        f(m.errors), f(m.sit_out);
   }
 };
 
@@ -395,6 +426,7 @@ std::vector<std::byte> Controller::serialize() const {
   saved.restarts = restarts_decided_;
   saved.last_restart = last_restart_step_;
   saved.errors = errors_;
+  saved.sit_out = sit_out_.save();
   return detail::write_blob(kControllerMagic, kControllerFormat, saved);
 }
 
@@ -403,7 +435,7 @@ Controller Controller::restore(std::span<const std::byte> bytes, ControllerOptio
   try {
     auto saved = detail::read_blob<SavedController>(
         bytes, kControllerMagic, kControllerFormat, "controller state",
-        "it was written by an older antdt (before plans said whether their steps are pooled): resume with that "
+        "it was written by an older antdt (before plans listed the ranks that sit out): resume with that "
         "version, or start the run afresh");
     if (saved.history.empty()) throw CheckpointError("controller state: no plan history");
     for (std::size_t k = 0; k < saved.history.size(); ++k) {
@@ -491,12 +523,15 @@ Controller Controller::restore(std::span<const std::byte> bytes, ControllerOptio
     // a job from restarting again and again.
     c.restarts_decided_ = saved.restarts;
     c.last_restart_step_ = saved.last_restart;
+    c.sit_out_.load(same_world ? std::span<const std::byte>(saved.sit_out) : std::span<const std::byte>(), world);
 
     const Plan& last = c.history_.back();
     // The restored policy's mode: a policy that switches keeps the one in force; others their own.
     const bool pooled = c.policy_->switches_pooling() ? last.pooled && c.policy_->pools() : c.policy_->starts_pooled();
-    const bool same_shape =
-        same_world && last.global_batch == c.options_.global_batch && last.micro_batch_cap == c.options_.caps;
+    // A policy that does not rebalance has no way back for a rank that sits out: it re-plans.
+    const bool same_shape = same_world && last.global_batch == c.options_.global_batch &&
+                            last.micro_batch_cap == c.options_.caps &&
+                            (last.sitting.empty() || c.policy_->rebalances());
     if (same_shape && last.pooled == pooled) return c;
     if (same_shape) {  // another policy on the same job: the same split, in its mode
       Plan next = last;

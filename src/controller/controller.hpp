@@ -18,6 +18,7 @@
 #include "antdt/plan.hpp"
 #include "controller/planner.hpp"
 #include "controller/pooling_status.hpp"
+#include "controller/sit_out.hpp"
 #include "core/plan_rules.hpp"
 #include "core/step_record.hpp"
 #include "monitor/monitor.hpp"
@@ -107,6 +108,14 @@ class Controller {
   // last one (-1: none).
   [[nodiscard]] int restarts_decided() const noexcept { return restarts_decided_; }
   [[nodiscard]] std::int64_t last_restart_step() const noexcept { return last_restart_step_; }
+  // Sit-outs and rejoins decided over the run (backup workers, docs/nd.md).
+  [[nodiscard]] std::int64_t sit_outs() const noexcept { return sit_out_.sit_outs(); }
+  [[nodiscard]] std::int64_t rejoins() const noexcept { return sit_out_.rejoins(); }
+  // No rank sits out from now on (a reduction that cannot follow the ranks that take part).
+  // Ranks that sit out now stay until the next trial brings them back.
+  void keep_every_rank() noexcept { options_.backup_workers = 0; }
+  // How long a step waited for `rank` beyond what its compute explains (window median, seconds).
+  [[nodiscard]] double sit_out_delay_seconds(int rank) const { return sit_out_.delay_seconds(rank); }
 
   // Replaces the plan from outside the policy, e.g. after a fresh startup probe on restart;
   // bumps the version, resets the change interval and is checked like any plan.
@@ -157,6 +166,7 @@ class Controller {
   [[nodiscard]] std::pair<double, double> predict(const Plan& plan) const;
   [[nodiscard]] std::pair<double, double> predict_now(const Plan& plan) const;  // uncached
   void consider_restart(const ControllerContext& context, const StepOutlook& outlook);
+  void model_inputs(const Plan& plan);
   Plan checked(Plan plan) const;
 
   ControllerOptions options_;
@@ -185,6 +195,8 @@ class Controller {
   std::int64_t last_change_step_ = -1;
   std::int64_t last_step_ = -1;
   std::optional<RestartDecision> restart_;
+  detail::SitOut sit_out_;
+  std::vector<double> x_, fixed_;  // scratch: the cost model's inputs of every rank this step
   int restarts_decided_ = 0;
   std::int64_t last_restart_step_ = -1;
 };

@@ -22,8 +22,14 @@ std::optional<Plan> DdPolicy::decide(const ControllerContext& ctx) {
   }
   x_.resize(static_cast<std::size_t>(n));
   fixed_.resize(static_cast<std::size_t>(n));
+  const auto& sitting = ctx.plan.sitting;  // they stay out: the sit-out decides their return
   for (int i = 0; i < n; ++i) {
     const auto r = static_cast<std::size_t>(i);
+    if (ctx.plan.sits_out(i)) {
+      x_[r] = fill;
+      fixed_[r] = 0.0;
+      continue;
+    }
     if (monitor.has_throughput(i)) {
       // A rank fast again after a long transient (which dragged its window median down)
       // plans at its recent speed (detail::rank_model): a change made on the dragged median
@@ -50,7 +56,7 @@ std::optional<Plan> DdPolicy::decide(const ControllerContext& ctx) {
   const double damping = damping_at(ctx);
   double required = std::max({ctx.options.min_gain, ctx.model_error, noise, damping});
   // No integer plan beats the continuous optimum: below the bar, there is nothing to build.
-  const double bound = continuous_split_seconds(ctx.options.global_batch, x_, fixed_) +
+  const double bound = continuous_split_seconds_without(ctx.options.global_batch, x_, fixed_, sitting) +
                        (allreduce >= 0.0 ? allreduce : ctx.cost.allreduce_seconds(n));
   if (!(now > 0.0) || (now - bound) / now <= required - 1e-12) {
     gain_streak_ = 0;
@@ -67,7 +73,8 @@ std::optional<Plan> DdPolicy::decide(const ControllerContext& ctx) {
       return std::nullopt;
     }
   }
-  Plan candidate = plan_split(ctx.options.global_batch, x_, ctx.options.caps, ctx.effective_step(), fixed_);
+  Plan candidate =
+      plan_split_without(ctx.options.global_batch, x_, ctx.options.caps, ctx.effective_step(), fixed_, sitting);
   const double next = ctx.cost.predict_step_seconds(candidate, x_, fixed_, allreduce);
   const double gain = now > 0.0 ? (now - next) / now : 0.0;
   if (gain > required && candidate.batch != ctx.plan.batch) {

@@ -171,6 +171,61 @@ double continuous_split_seconds(std::int64_t global_batch, std::span<const doubl
   return slowest;
 }
 
+namespace {
+
+// The entries of the ranks that do not sit out, in rank order.
+struct Active {
+  std::vector<std::size_t> ranks;
+  std::vector<double> x, overhead;
+  std::vector<std::int64_t> caps;
+};
+
+Active active_of(std::span<const double> x, std::span<const double> overhead, std::span<const std::int64_t> caps,
+                 std::span<const std::int32_t> sitting) {
+  Active a;
+  for (std::size_t i = 0, k = 0; i < x.size(); ++i) {
+    if (k < sitting.size() && static_cast<std::size_t>(sitting[k]) == i) {
+      ++k;
+      continue;
+    }
+    a.ranks.push_back(i);
+    a.x.push_back(x[i]);
+    if (!overhead.empty()) a.overhead.push_back(overhead[i]);
+    if (caps.size() > 1) a.caps.push_back(caps[i]);
+  }
+  if (caps.size() == 1) a.caps.push_back(caps[0]);
+  if (a.ranks.empty()) throw UsageError("plan_split_without: every rank sits out");
+  return a;
+}
+
+}  // namespace
+
+Plan plan_split_without(std::int64_t global_batch, std::span<const double> x, std::span<const std::int64_t> caps,
+                        std::int64_t effective_step, std::span<const double> overhead,
+                        std::span<const std::int32_t> sitting) {
+  if (sitting.empty()) return plan_split(global_batch, x, caps, effective_step, overhead);
+  const Active a = active_of(x, overhead, caps, sitting);
+  const Plan part = plan_split(global_batch, a.x, a.caps, effective_step, a.overhead);
+  Plan p = part;
+  const std::size_t n = x.size();
+  p.batch.assign(n, 0);
+  p.micro_batch_cap = expand_caps(caps, n);
+  p.accumulation.assign(n, 0);
+  for (std::size_t k = 0; k < a.ranks.size(); ++k) {
+    p.batch[a.ranks[k]] = part.batch[k];
+    p.accumulation[a.ranks[k]] = part.accumulation[k];
+  }
+  p.sitting.assign(sitting.begin(), sitting.end());
+  return p;
+}
+
+double continuous_split_seconds_without(std::int64_t global_batch, std::span<const double> x,
+                                        std::span<const double> overhead, std::span<const std::int32_t> sitting) {
+  if (sitting.empty()) return continuous_split_seconds(global_batch, x, overhead);
+  const Active a = active_of(x, overhead, {}, sitting);
+  return continuous_split_seconds(global_batch, a.x, a.overhead);
+}
+
 Plan plan_split(std::int64_t global_batch, std::span<const double> x, std::span<const std::int64_t> caps,
                 std::int64_t effective_step, std::span<const double> overhead) {
   check_split_input(global_batch, x, overhead, "plan_split");

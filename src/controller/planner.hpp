@@ -63,6 +63,16 @@ class CostModel {
 [[nodiscard]] double continuous_split_seconds(std::int64_t global_batch, std::span<const double> x,
                                               std::span<const double> overhead = {});
 
+// The same two over the ranks not in `sitting` (ascending rank ids): those get b_i == 0 and
+// the plan lists them as sitting out (Plan::sitting). x and overhead hold every rank's entry;
+// those of the sitting ranks are not read.
+[[nodiscard]] Plan plan_split_without(std::int64_t global_batch, std::span<const double> x,
+                                      std::span<const std::int64_t> caps, std::int64_t effective_step,
+                                      std::span<const double> overhead, std::span<const std::int32_t> sitting);
+[[nodiscard]] double continuous_split_seconds_without(std::int64_t global_batch, std::span<const double> x,
+                                                      std::span<const double> overhead,
+                                                      std::span<const std::int32_t> sitting);
+
 // Rough relative training throughput of a GPU generation, A100 (sm_80) = 1.0. A name match
 // ("H200", "L40", "T4"...) wins over the compute capability (90 for sm_90). Returns 0 for
 // unknown devices and the host. These are priors for the first split only, never a

@@ -43,7 +43,7 @@ std::size_t min_bytes() {
   } else if constexpr (is_vector<T>::value || std::is_same_v<T, std::string>) {
     return sizeof(std::uint64_t);
   } else if constexpr (std::is_same_v<T, Plan>) {
-    return 3 * sizeof(std::int64_t) + 4 * sizeof(std::uint64_t) + 1;
+    return 3 * sizeof(std::int64_t) + 5 * sizeof(std::uint64_t) + 1;
   } else {
     static_assert(Listed<T>, "a blob field is arithmetic, a string, a plan, a listed structure or a vector");
     std::size_t n = 0;

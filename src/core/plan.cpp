@@ -26,6 +26,10 @@ std::vector<std::int64_t> Plan::micro_batches(int rank, std::int64_t n) const {
   return split_micro_batches(n, micro_batch_cap.at(static_cast<std::size_t>(rank)));
 }
 
+bool Plan::sits_out(int rank) const noexcept {
+  return std::binary_search(sitting.begin(), sitting.end(), static_cast<std::int32_t>(rank));
+}
+
 std::string pool_chunking_problem(const PoolOptions& pool) {
   if (pool.chunks_per_share < 1) return "chunks per share must be at least 1";
   if (!(pool.first_chunk >= 0.0 && pool.first_chunk < 1.0))
@@ -84,6 +88,16 @@ std::string plan_problem(const Plan& p) {
     if (sum > p.global_batch) break;
   }
   if (sum != p.global_batch) return "batches do not sum to the global batch " + std::to_string(p.global_batch);
+  return sitting_problem(p);
+}
+
+std::string sitting_problem(const Plan& p) {
+  for (std::size_t k = 0; k < p.sitting.size(); ++k) {
+    const std::int32_t r = p.sitting[k];
+    if (r < 1 || r >= p.world_size() || (k > 0 && r <= p.sitting[k - 1]))
+      return "its sitting ranks are not ascending ranks in [1, world)";
+    if (p.batch[static_cast<std::size_t>(r)] != 0) return "rank " + std::to_string(r) + " sits out but has samples";
+  }
   return "";
 }
 

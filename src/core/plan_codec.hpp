@@ -16,6 +16,7 @@ inline void encode_plan(const Plan& p, detail::ByteWriter& w) {
   w.put_vector(p.accumulation);
   w.put_string(p.reason);
   w.put<std::uint8_t>(p.pooled ? 1 : 0);
+  w.put_vector(p.sitting);
 }
 
 inline Plan decode_plan(detail::ByteReader& r) {
@@ -30,6 +31,7 @@ inline Plan decode_plan(detail::ByteReader& r) {
   const auto pooled = r.get<std::uint8_t>();
   if (pooled > 1) throw Error("plan record is inconsistent: its pooled flag is " + std::to_string(pooled));
   p.pooled = pooled == 1;
+  p.sitting = r.get_vector<std::int32_t>();
   if (p.micro_batch_cap.size() != p.batch.size() || p.accumulation.size() != p.batch.size()) {
     throw Error("plan record is inconsistent: batch, cap and accumulation lengths differ");
   }

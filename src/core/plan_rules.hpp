@@ -93,5 +93,8 @@ void update_accumulation(Plan& plan);
 // and k_i per rank, global batch B >= 1, each b_i in [0, B] summing to B, m_i >= 1 and
 // k_i == ceil(b_i / m_i). For plans read from outside (checkpoints, control messages).
 [[nodiscard]] std::string plan_problem(const Plan& plan);
+// Why the plan's sitting ranks break its invariant (not ascending ranks in [1, world), or one
+// with samples), or "" when they hold; plan_problem includes it.
+[[nodiscard]] std::string sitting_problem(const Plan& plan);
 
 }  // namespace antdt

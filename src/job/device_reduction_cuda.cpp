@@ -34,7 +34,7 @@ class CudaDeviceReduction final : public DeviceReduction {
     // cudaMemcpy on the legacy default stream: after the work queued on the blocking streams.
     if (n > 0) ANTDT_CHECK_CUDA(cudaMemcpy(fused_.data(), device_sums, n * sizeof(float), cudaMemcpyDeviceToDevice));
     ANTDT_CHECK_CUDA(cudaMemcpy(fused_.data() + n, slots.data(), sizeof slots, cudaMemcpyHostToDevice));
-    session.reduce_sums(fused_.data(), count + kSampleCountSlots, *reducer_);
+    session.reduce_sums(fused_.data(), count + kSampleCountSlots, *reducer_, "Job::reduce_device");
     ANTDT_CHECK_CUDA(cudaMemcpy(slots.data(), fused_.data() + n, sizeof slots, cudaMemcpyDeviceToHost));
     const std::int64_t total = decode_sample_count(slots.data());
     if (total < 0) {  // the same on every rank: all of them throw

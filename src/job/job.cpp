@@ -123,7 +123,8 @@ void validate_job_options(const JobOptions& opt, int world, bool dataset_known) 
 // Every rank checks the outputs it will write (rank 0 all of its own, every rank its sample
 // log) against every input and every other output, through links.
 void check_paths(const JobOptions& opt, const std::string& job_id, const std::string& ckpt_dir, int rank) {
-  const std::string log_path = opt.output.sample_log.empty() ? "" : opt.output.sample_log + "." + std::to_string(rank);
+  const std::string log_path =
+      opt.output.sample_log.empty() ? "" : expand_job_id(opt.output.sample_log, job_id) + "." + std::to_string(rank);
   std::vector<cli::NamedPath> outputs = {
       {option_name("summary-json"), expand_job_id(opt.output.summary_json, job_id)},
       {option_name("metrics"), expand_job_id(opt.output.metrics, job_id)},
@@ -189,6 +190,7 @@ struct Job::Impl {
   std::int64_t batch_offset = 0;
   std::int64_t handed = 0;            // samples handed out by next_micro_batch this step
   bool used_batches = false;          // next_micro_batch was called this step
+  bool stop_requested = false;        // this rank called request_stop()
   std::vector<std::int64_t> batch;    // the last micro-batch (pooled chunks)
   std::vector<std::int64_t> trained;  // --sample-log: this step's samples
   double loss_sum = 0.0;
@@ -207,7 +209,7 @@ struct Job::Impl {
   double start_seconds = 0.0;  // the process's start before the Job (JobAccess)
   double t_start = 0.0, t_checkpoint = 0.0, relaunch_seconds = 0.0;
   std::int64_t committed_at_start = 0, step_at_start = 0;
-  int segment = 1;  // rank 0: this process's segment of the run (job/segments.hpp)
+  int segment = 1;  // this process's segment of the run (job/segments.hpp; rank 0 counts, every rank learns it)
   std::vector<double> recent_loss;
   std::string last_checkpoint;
 
@@ -313,6 +315,7 @@ struct Job::Impl {
   }
 
   // Rank 0 reads every registered state (checking it is there, at its size); every rank gets it.
+  // With no reader on rank 0 (a rank rejoins after sitting out), rank 0's own state goes out.
   void restore_states(const CheckpointReader* reader) {
     for (auto& s : states) {
       switch (s.kind) {
@@ -339,7 +342,11 @@ struct Job::Impl {
           break;
         case State::Kind::bytes: {
           std::vector<std::byte> bytes;
-          if (reader) bytes = reader->bytes(s.name);
+          if (reader) {
+            bytes = reader->bytes(s.name);
+          } else if (root()) {
+            bytes = s.save();  // rank 0's own state, to a rank that rejoins
+          }
           bytes = detail::broadcast_vector(session->comm(), std::move(bytes), MPI_BYTE);
           detail::agree(comm(), [&] { s.load(bytes); });
           break;
@@ -435,7 +442,18 @@ struct Job::Impl {
           ANTDT_LOG(info) << "segment " << segment << " of the run: kept the earlier one's " << kept;
         }
       }
+      // The sample logs of ranks this segment does not have (it runs on fewer): every other rank
+      // keeps its own below.
+      if (!opt.output.sample_log.empty()) {
+        const std::string base = expand_job_id(opt.output.sample_log, launch.job_id);
+        for (int r = setup.size();; ++r) {
+          if (detail::keep_earlier_output(base + "." + std::to_string(r), segment - 1).empty()) break;
+        }
+      }
     });
+    // Every rank keeps its own earlier sample log (the same path across a requeue) as rank 0
+    // kept the other outputs: rank 0 knows the segment.
+    detail::bcast(&segment, 1, MPI_INT, 0, comm());
     if (!resumed && opt.probe && probe && policy_rebalances(opt.session.controller.policy)) session->probe(probe);
     open_outputs();
     relaunch_seconds += start_seconds + (now_seconds() - t_constructed);
@@ -447,7 +465,13 @@ struct Job::Impl {
   void open_outputs() {
     detail::agree(comm(), [&] {
       if (!opt.output.sample_log.empty()) {
-        sample_log_path = opt.output.sample_log + "." + std::to_string(session->rank());
+        sample_log_path = expand_job_id(opt.output.sample_log, launch.job_id) + "." + std::to_string(session->rank());
+        if (segment > 1) {
+          const std::string kept = detail::keep_earlier_output(sample_log_path, segment - 1);
+          if (!kept.empty()) {
+            ANTDT_LOG(debug) << "segment " << segment << " of the run: kept the earlier one's " << kept;
+          }
+        }
         sample_log.reset(std::fopen(sample_log_path.c_str(), "w"));
         if (!sample_log) {
           throw WriteError("cannot write " + detail::option_name("sample-log") + " " + sample_log_path + ": " +
@@ -567,6 +591,14 @@ struct Job::Impl {
     correct = 0;
   }
 
+  // What stopped the run, as rank 0 knows it: its own signal, its own request_stop(), or
+  // another rank's (which rank 0 learns only as "some rank asked").
+  [[nodiscard]] std::string stop_cause() const {
+    if (const int sig = detail::stop_signal(); sig != 0) return detail::signal_name(sig);
+    if (stop_requested) return "request_stop()";
+    return "another rank (a signal or request_stop() there)";
+  }
+
   // The end of the run: the final checkpoint, the records a restart or a stop leaves, the report.
   void finish() {
     detail::Guard::Scope scope(guard, detail::Phase::end, session->step());
@@ -574,8 +606,7 @@ struct Job::Impl {
     const double wall = now_seconds() - t_start;
     if (!ckpt_dir.empty()) write_checkpoint();
     if (root() && session->stopped()) {
-      const int sig = detail::stop_signal();
-      const std::string why = sig != 0 ? detail::signal_name(sig) : std::string("a signal to another rank");
+      const std::string why = stop_cause();
       if (ckpt_dir.empty()) {
         ANTDT_LOG(warn) << "stopped by " << why << " after step " << session->step() - 1 << " without a checkpoint (no "
                         << detail::option_name("checkpoint-dir") << "): this run's progress is not kept";
@@ -604,7 +635,8 @@ struct Job::Impl {
     if (device_reduction) sum.reducer = std::string(device_reduction->reducer());
     sum.segment = segment;
     sum.segment_first_step = step_at_start;
-    if (sum.stopped && detail::stop_signal() != 0) sum.stopped_by = detail::signal_name(detail::stop_signal());
+    // Empty where another rank asked: rank 0 knows only that one did.
+    if (sum.stopped && (detail::stop_signal() != 0 || stop_requested)) sum.stopped_by = stop_cause();
     sum.epochs_completed = static_cast<std::int64_t>(sum.coverage.size());
     sum.final_loss = recent_loss.empty() ? 0.0
                                          : std::accumulate(recent_loss.begin(), recent_loss.end(), 0.0) /
@@ -646,10 +678,38 @@ Job::Job(JobOptions options, MPI_Comm comm) : impl_(std::make_unique<Impl>(std::
   }
   // From here a stop signal ends the run at a step boundary, with a checkpoint.
   s.signals = std::make_unique<detail::StopSignals>(detail::parse_stop_signals(s.opt.stop_signals));
+  // The Job hands its registered state to a rank that rejoins after sitting out (docs/nd.md).
+  s.opt.session.can_sit_out = true;
+  // The rank --fail-at-step kills must reach that step: it never sits out.
+  if (s.opt.faults.fail_at_step >= 0) s.opt.session.controller.never_sit_out = {s.opt.faults.fail_rank};
   s.session = std::make_unique<Session>(s.setup.get(), s.opt.session);
+  s.session->set_share_state([&s] {
+    s.restore_states(nullptr);
+    for (const auto& p : s.parts) p.restore(nullptr);
+  });
 }
 
 Job::~Job() {
+  auto& s = *impl_;
+  // A rank whose program leaves before the run is over (a return or a break out of the loop, an
+  // exit) says so: the others stop at once, with an error that blames no node, instead of
+  // waiting out the step timeout and naming this rank's node as stalled. Not while an error
+  // unwinds: the ranks then end together.
+  // Rank 0 ending with an error tells the ranks that sit out (docs/nd.md): they wait to rejoin
+  // and would hear nothing until their timeout (the others share the error already).
+  const bool unwinding = std::uncaught_exceptions() > 0;
+  if (!s.over && s.guard != nullptr && (!unwinding || s.root())) {
+    try {
+      if (!unwinding) {
+        s.guard->leave();
+      } else if (s.session) {
+        s.guard->tell_stop(s.session->sitting_ranks(),
+                           "rank 0 ended the run with an error (rank 0 says which) while this rank sat out");
+      }
+    } catch (const std::exception& e) {
+      ANTDT_LOG(debug) << "leaving the run: " << e.what();
+    }
+  }
   // A StallError on its way out still needs the directory (run_main records the nodes there).
   if (std::uncaught_exceptions() == 0) detail::set_stall_record_dir({});
 }
@@ -691,6 +751,7 @@ bool Job::next_step() {
   } else if (s.in_step) {
     s.end_step();
   }
+  s.session->await_turn();  // a rank that sits out (a backup worker) waits here until it rejoins
   if (s.session->finished()) {
     s.finish();
     return false;
@@ -725,7 +786,7 @@ std::span<const std::int64_t> Job::next_micro_batch() {
 std::int64_t Job::reduce(std::span<float> gradient_sums) {
   auto& s = *impl_;
   if (!s.in_step) throw UsageError("Job::reduce outside a step: call it after next_step() returned true");
-  const std::int64_t total = s.session->reduce(gradient_sums, s.step_samples());
+  const std::int64_t total = s.session->reduce(gradient_sums, s.step_samples(), "Job::reduce");
   // The reduced buffer is the same on every rank: so is this decision.
   check_finite(std::all_of(gradient_sums.begin(), gradient_sums.end(), [](float v) { return std::isfinite(v); }));
   return total;
@@ -738,7 +799,10 @@ std::int64_t Job::reduce_device(float* device_sums, std::int64_t count, int devi
     throw UsageError("Job::reduce_device: " + std::to_string(count) + " floats at " +
                      (device_sums ? "a device address" : std::string("a null address")));
   }
-  if (!s.device_reduction) s.device_reduction = detail::make_device_reduction(s.session->comm(), device);
+  if (!s.device_reduction) {
+    s.device_reduction = detail::make_device_reduction(s.session->comm(), device);
+    s.session->keep_every_rank();  // it keeps the communicator it was made with: no rank may sit out
+  }
   if (device != s.device_reduction->device()) {
     throw UsageError("Job::reduce_device: gradients on CUDA device " + std::to_string(device) +
                      ", where the job's earlier steps reduced on device " +
@@ -760,6 +824,9 @@ void Job::check_finite(bool finite) {
 
 void Job::broadcast(std::span<std::byte> bytes, int root) {
   auto& s = *impl_;
+  // First the agreement, so that a root only some ranks got wrong is named, not a hang.
+  detail::agree_on_call(s.comm(), "Job::broadcast",
+                        {detail::CallShape::Type::bytes, static_cast<std::int64_t>(bytes.size()), root}, rank());
   if (root < 0 || root >= size()) {
     throw UsageError("Job::broadcast: root " + std::to_string(root) + " is not a rank of this " +
                      std::to_string(size()) + "-rank job");
@@ -774,7 +841,7 @@ void Job::broadcast(std::span<std::byte> bytes, int root) {
 std::int64_t Job::reduce(std::span<std::int64_t> fixed_point_sums) {
   auto& s = *impl_;
   if (!s.in_step) throw UsageError("Job::reduce outside a step: call it after next_step() returned true");
-  return s.session->reduce(fixed_point_sums, s.step_samples());
+  return s.session->reduce(fixed_point_sums, s.step_samples(), "Job::reduce");
 }
 
 void Job::add_loss(double loss_sum, std::int64_t correct) {
@@ -782,7 +849,10 @@ void Job::add_loss(double loss_sum, std::int64_t correct) {
   impl_->correct += correct;
 }
 
-void Job::request_stop() noexcept { impl_->session->request_stop(); }
+void Job::request_stop() noexcept {
+  impl_->stop_requested = true;
+  impl_->session->request_stop();
+}
 void Job::request_checkpoint() noexcept { impl_->session->request_checkpoint(); }
 
 int Job::exit_code() const noexcept {

@@ -60,6 +60,16 @@ void check_outputs(const std::vector<NamedPath>& outputs, const std::vector<Name
     if (fs::is_directory(out.path, ec)) {
       throw UsageError(quoted(out) + " is a directory; give a file name in it");
     }
+    // The checkpoint directory may not exist yet: it is made when training starts, and the
+    // output would only fail after the whole run.
+    const auto bare = [](std::string p) {  // "ck/" and "ck" are one directory
+      while (p.size() > 1 && p.back() == '/') p.pop_back();
+      return p;
+    };
+    if (!checkpoint_dir.empty() && canonical_of(bare(out.path)) == canonical_of(bare(checkpoint_dir))) {
+      throw UsageError(quoted(out) + " is the " + detail::option_name("checkpoint-dir") +
+                       ", which training makes a directory; give a file name in it or beside it");
+    }
     const fs::path parent = fs::absolute(out.path, ec).parent_path();
     if (!fs::is_directory(parent, ec)) {
       throw UsageError(quoted(out) + ": the directory '" + parent.string() + "' does not exist; create it first");

@@ -171,6 +171,7 @@ void save_model_state(CheckpointWriter& writer, const Model& model);
 // Collective over `comm`: rank 0 reads "model/" from `reader` (dereferenced there only) and
 // every rank's model takes the same state. When rank 0 cannot (a checkpoint of another model
 // size, say), every rank throws CheckpointError; rank 0's names the file and the entry.
+// With no reader on rank 0, rank 0's own state goes to every rank (a rank that rejoins).
 void restore_model_state(const CheckpointReader* reader, Model& model, const Communicator& comm);
 
 // A host copy of the whole gradient buffer (sums + count slots), wherever it lives. Synchronises.

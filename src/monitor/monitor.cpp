@@ -184,8 +184,12 @@ void Monitor::record(std::int64_t step, std::span<const RankStepStats> stats) {
     const double t = stats[i].data_wait_seconds + stats[i].compute_seconds;
     max_t = std::max(max_t, t);
     sum_t += t;
-    min_reduce = std::min(min_reduce, stats[i].reduce_seconds);
+    // A rank that sits out (no samples, no reduction) has no reduce time: the all-reduce is the
+    // shortest of those that took part.
+    if (stats[i].reduce_seconds > 0.0 || stats[i].samples > 0)
+      min_reduce = std::min(min_reduce, stats[i].reduce_seconds);
   }
+  if (!std::isfinite(min_reduce)) min_reduce = 0.0;
   filled_ = std::min(filled_ + 1, window_);
   next_slot_ = (next_slot_ + 1) % window_;
   // Fits need the entries in place (ring position advanced), so they run after the loop.

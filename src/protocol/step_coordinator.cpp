@@ -63,7 +63,27 @@ bool StepCoordinator::last_step_is(std::int64_t step) const {
 bool StepCoordinator::settles(std::span<const StepReport> reports, const StepReply* previous) const {
   if (!options_.pipelined || plans_.at(step_).pooled) return true;
   if (previous != nullptr && previous->settle_next) return true;
+  // The ranks that sit out change at the next step: they regroup with nothing in flight.
+  if (plans_.at(step_ + 1).sitting != plans_.at(step_).sitting) return true;
   return std::any_of(reports.begin(), reports.end(), [](const StepReport& r) { return r.stop || r.checkpoint; });
+}
+
+std::vector<StepReport> StepCoordinator::with_sitting(std::span<const StepReport> members) const {
+  const Plan& plan = plans_.at(step_);
+  std::vector<StepReport> all;
+  all.reserve(members.size() + plan.sitting.size());
+  std::size_t k = 0;
+  for (int r = 0; r < plan.world_size(); ++r) {
+    if (plan.sits_out(r)) {
+      StepReport absent;
+      absent.step = step_;
+      absent.plan_version = plan.version;
+      all.push_back(absent);
+    } else if (k < members.size()) {
+      all.push_back(members[k++]);
+    }
+  }
+  return all;
 }
 
 StepDecision StepCoordinator::rejected(ReplyStatus status, std::string why) const {
@@ -243,7 +263,7 @@ StepDecision StepCoordinator::decide(std::span<const StepReport> reports, bool s
     stopped_ = true;
     totals.stopped = true;
     ANTDT_LOG(warn) << "step " << step_ << ": rank" << (asked.find(',') == std::string::npos ? " " : "s ") << asked
-                    << " asked to stop (a signal): the run ends after this step";
+                    << " asked to stop (a signal or request_stop()): the run ends after this step";
   }
   totals.step = step_;
   if (settled) {
@@ -389,7 +409,9 @@ StepCoordinator StepCoordinator::restore(const detail::StateReader& in, const St
   if (pr.get<std::uint8_t>() != 0) pending = decode_plan(pr);
   check_saved_plan(where, plan, saved.world_size, saved.global_batch);
   if (pending) check_saved_plan(where, *pending, saved.world_size, saved.global_batch);
-  if (saved.world_size == world && saved.global_batch == options.controller.global_batch) {
+  // A run resumed while a rank sat out starts with every rank in (the Controller re-planned).
+  const bool sitting = !plan.sitting.empty() || (pending && !pending->sitting.empty());
+  if (saved.world_size == world && saved.global_batch == options.controller.global_batch && !sitting) {
     c.plans_.reset(std::make_shared<const Plan>(std::move(plan)),
                    pending ? std::make_shared<const Plan>(std::move(*pending)) : nullptr);
   } else {

@@ -81,10 +81,16 @@ class StepCoordinator {
   // The step's decision from every rank's report (reports[r] from rank r). `settled`: its reply
   // reaches the ranks before they begin the next step (settles()); otherwise one step later.
   [[nodiscard]] StepDecision decide(std::span<const StepReport> reports, bool settled = true);
+  // The reports of every rank from those of the ranks that take part in the step (in rank
+  // order): a rank that sits out (Plan::sitting) did nothing and is reported so.
+  [[nodiscard]] std::vector<StepReport> with_sitting(std::span<const StepReport> members) const;
   // Whether the step of `reports` must be settled: not pipelined, a pooled step, a rank asked to
-  // stop or checkpoint, or the reply before it (`previous`, null if none was pending) said so.
+  // stop or checkpoint, the ranks that sit out change at the next step, or the reply before it
+  // (`previous`, null if none was pending) said so.
   [[nodiscard]] bool settles(std::span<const StepReport> reports, const StepReply* previous) const;
 
+  // No rank sits out from now on (Controller::keep_every_rank).
+  void keep_every_rank() noexcept { controller_.keep_every_rank(); }
   // Replaces the plan in force before the first step (a startup probe's split).
   const Plan& install_plan(Plan plan);
   // The plan of a startup probe: every rank's measured throughput x (and GPU-generation

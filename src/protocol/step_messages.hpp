@@ -87,7 +87,7 @@ struct StepReply {
 // Rank 0 -> every rank, once, after Session::restore: where the run resumes. The plans in
 // force and pending follow it (plan codec; an empty message for no pending plan).
 struct ResumeState {
-  static constexpr std::uint8_t kVersion = 2;  // 2: the stream
+  static constexpr std::uint8_t kVersion = 3;  // 2: the stream; 3: stopped, restart (a rejoin)
 
   ReplyStatus status = ReplyStatus::ok;
   std::string error;  // why rank 0 could not restore (every rank throws CheckpointError)
@@ -102,11 +102,15 @@ struct ResumeState {
   // Where the stream stands: the next batch starts with the carried ranges, then the cursor.
   std::int64_t cursor = 0;
   std::vector<dds::StreamRange> carried;
+  // A rank that rejoins at the end of a run (it sat out, docs/nd.md) learns how it ended.
+  bool stopped = false;
+  bool restart = false;
 
   template <class Self, class F>
   static void fields(Self& m, F&& f) {
     f(m.status), f(m.error), f(m.step), f(m.completed_epochs), f(m.committed_total), f(m.shard_size),
-        f(m.shuffle_shards), f(m.shuffle_within_shard), f(m.finished), f(m.cursor), f(m.carried);
+        f(m.shuffle_shards), f(m.shuffle_within_shard), f(m.finished), f(m.cursor), f(m.carried), f(m.stopped),
+        f(m.restart);
   }
 };
 

@@ -1,19 +1,23 @@
 #include "antdt/report.hpp"
 #include "session/report_writers.hpp"
 
+#include <unistd.h>
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <numeric>
 #include <sstream>
+#include <vector>
 
 #include "antdt/error.hpp"
 #include "checkpoint/fnv1a.hpp"
+#include "core/log.hpp"
 #include "core/step_record.hpp"
 #include "job/paths.hpp"
 
@@ -110,6 +114,8 @@ void summarize_session(const Session& session, RunSummary& s) {
   s.model_error_median = t.model_error_median;
   s.plans = session.plan_history();
   s.plan_changes = std::max<std::int64_t>(0, static_cast<std::int64_t>(s.plans.size()) - 1);
+  s.sit_outs = session.sit_outs();
+  s.rejoins = session.rejoins();
   s.final_split = session.plan().batch;
   s.assessments = session.assessments();
   s.coverage = session.coverage();
@@ -162,6 +168,8 @@ std::string summary_json(const RunSummary& s) {
   o << "  \"predicted_step_seconds\": " << json_number(s.predicted_step_seconds) << ",\n";
   o << "  \"measured_step_seconds\": " << json_number(s.measured_step_seconds) << ",\n";
   o << "  \"plan_changes\": " << s.plan_changes << ",\n";
+  o << "  \"sit_outs\": " << s.sit_outs << ",\n";
+  o << "  \"rejoins\": " << s.rejoins << ",\n";
   o << "  \"final_split\": " << json_array(s.final_split) << ",\n";
   o << "  \"duplicated_samples\": " << s.duplicated_samples << ",\n";
   o << "  \"missing_samples\": " << s.missing_samples << ",\n";
@@ -186,7 +194,7 @@ std::string summary_json(const RunSummary& s) {
     const auto& p = s.plans[i];
     o << (i ? ", " : "") << "{\"version\": " << p.version << ", \"effective_step\": " << p.effective_step
       << ", \"batch\": " << json_array(p.batch) << ", \"accumulation\": " << json_array(p.accumulation)
-      << ", \"reason\": " << json_string(p.reason) << "}";
+      << ", \"sitting\": " << json_array(p.sitting) << ", \"reason\": " << json_string(p.reason) << "}";
   }
   o << "],\n";
   o << "  \"stopped\": " << (s.stopped ? "true" : "false") << ", \"stopped_by\": " << json_string(s.stopped_by)
@@ -247,6 +255,8 @@ std::string summary_text(const RunSummary& s) {
     o << "rank " << r << ": " << rank_class_name(a.kind) << " (" << a.reason << ")\n";
   }
   o << "plans applied: " << s.plans.size() << "\n";
+  if (s.sit_outs > 0 || s.rejoins > 0)
+    o << "backup workers: " << s.sit_outs << " sit-outs, " << s.rejoins << " rejoins\n";
   for (const auto& p : s.plans) {
     o << "  v" << p.version << " from step " << p.effective_step << ": [";
     for (std::size_t i = 0; i < p.batch.size(); ++i) o << (i ? "," : "") << p.batch[i];
@@ -254,7 +264,7 @@ std::string summary_text(const RunSummary& s) {
   }
   if (s.restart) o << "STOPPED for a kill-restart: " << s.restart->reason << "\n";
   if (s.stopped) {
-    o << "STOPPED by " << (s.stopped_by.empty() ? "a signal to another rank" : s.stopped_by)
+    o << "STOPPED by " << (s.stopped_by.empty() ? "another rank" : s.stopped_by)
       << " before the end of the run: continue it with --resume\n";
   }
   o << "samples duplicated " << s.duplicated_samples << ", missing " << s.missing_samples << " (over "
@@ -281,12 +291,20 @@ class StreamedFile {
   static constexpr double kFlushSeconds = 2.0;
   explicit StreamedFile(const std::string& path) : path_(path), out_(open_out(path)) {}
   std::ofstream& out() { return out_; }
+  // Called between whole rows (or events) only: each call marks a place where the file may end.
   void maybe_flush() {
+    if (!out_) check();  // the buffer overflowed into a failed write
+    if (const std::streamoff at = out_.tellp(); at >= 0) ends_.push_back(at);  // no flush: libstdc++ adds the buffer
     const auto now = std::chrono::steady_clock::now();
     if (std::chrono::duration<double>(now - last_flush_).count() < kFlushSeconds) return;
-    out_.flush();
+    flush();
     last_flush_ = now;
+  }
+  void flush() {
+    out_.flush();
     check();
+    whole_ = out_.tellp();
+    ends_.clear();
   }
   void check() {
     if (out_) return;
@@ -294,12 +312,20 @@ class StreamedFile {
     const int reason = errno;
     const bool known = reason == ENOSPC || reason == EDQUOT || reason == EIO || reason == EFBIG || reason == EROFS;
     out_.close();
+    // A full disk took part of the buffer: cut the file back to the last whole row it holds, so
+    // that no torn line is left for a reader to trip on.
+    std::error_code ec;
+    const auto size = static_cast<std::streamoff>(std::filesystem::file_size(path_, ec));
+    std::streamoff cut = whole_;
+    for (const std::streamoff end : ends_) cut = !ec && end <= size ? std::max(cut, end) : cut;
+    if (::truncate(path_.c_str(), static_cast<off_t>(cut)) != 0) {
+      ANTDT_LOG(warn) << path_ << ": cannot cut the file back to its last whole line: " << std::strerror(errno);
+    }
     cli::remove_if_empty(path_);
     throw WriteError("cannot write " + path_ + ": " + (known ? std::strerror(reason) : "is the disk full?"));
   }
   void close() {
-    out_.flush();
-    check();
+    flush();
     out_.close();
     check();
   }
@@ -308,6 +334,8 @@ class StreamedFile {
   std::string path_;
   std::ofstream out_;
   std::chrono::steady_clock::time_point last_flush_ = std::chrono::steady_clock::now();
+  std::streamoff whole_ = 0;          // the file's size after its last good flush: whole rows
+  std::vector<std::streamoff> ends_;  // where rows ended since then
 };
 
 }  // namespace
@@ -324,6 +352,7 @@ MetricsWriter::MetricsWriter(const std::string& path, MetricsFormat format)
   if (format == MetricsFormat::csv) {
     out << "step,rank,samples,micro_steps,compute_s,data_wait_s,reduce_s,idle_s,step_wall_s,plan_version,batch,"
            "predicted_step_s\n";
+    state_->file.maybe_flush();
   }
 }
 

@@ -10,6 +10,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <exception>
@@ -166,8 +167,13 @@ struct Session::Impl {
   std::unique_ptr<detail::Guard> guard_owned;
   detail::GuardInstall guard_install{guard_owned.get() ? guard_owned.get() : detail::installed_guard()};
   detail::Guard* guard = detail::installed_guard();
-  Communicator comm;
-  detail::ControlChannel channel{comm};
+  Communicator comm;     // every rank
+  Communicator members;  // the ranks that take part in this step's reduction and control round
+  std::unique_ptr<detail::ControlChannel> channel = std::make_unique<detail::ControlChannel>(members);
+  // Backup workers (docs/nd.md, "Sitting out"): the ranks outside `members` now, ascending.
+  std::vector<std::int32_t> sitting_now;
+  std::function<void()> share_state;       // the program's state from rank 0 to a rank that rejoins (Job)
+  std::int64_t sit_outs = 0, rejoins = 0;  // this rank's
   dds::LedgerOptions ledger;
   std::vector<std::int64_t> caps;  // m_i of every rank
   std::vector<double> priors;      // device priors of every rank (0 = unknown)
@@ -208,6 +214,7 @@ struct Session::Impl {
         node(opt.node_name.empty() ? discover_node_name() : opt.node_name),
         guard_owned(own_guard(user, opt, node)),
         comm(Communicator::duplicate(user)),
+        members(Communicator::duplicate(comm.get())),
         ledger(agreed_order(comm, detail::session_ledger_options(opt, comm.size()))),
         caps(detail::allgather_value<std::int64_t>(
             comm, opt.micro_batch_cap > 0 ? opt.micro_batch_cap : opt.global_batch, MPI_INT64_T)),
@@ -243,15 +250,160 @@ struct Session::Impl {
 
   [[nodiscard]] bool root() const { return comm.is_root(); }
 
-  // Rank 0's plan in force (and pending one, if any), on every rank's Agent.
-  void share_plans() {
+  // Rank 0's plan in force (and pending one, if any), on every rank's Agent (over `over`, the
+  // world unless said; `apply` false: the rank only takes part in the broadcasts).
+  void share_plans(const Communicator* over = nullptr, bool apply = true) {
+    const Communicator& c = over ? *over : comm;
     const auto bytes = [&](const std::shared_ptr<const Plan>& p) {
       return p ? plan_bytes(*p) : std::vector<std::byte>{};
     };
-    const PlanSchedule* plans = root() ? &coordinator->plans() : nullptr;
-    auto current = plan_from(broadcast(comm, plans ? bytes(plans->current_ptr()) : std::vector<std::byte>{}));
-    auto pending_plan = broadcast(comm, plans ? bytes(plans->pending()) : std::vector<std::byte>{});
-    agent.reset_plan(std::move(current), pending_plan.empty() ? nullptr : plan_from(pending_plan));
+    const PlanSchedule* plans = root() ? &settled_coordinator().plans() : nullptr;
+    auto current = broadcast(c, plans ? bytes(plans->current_ptr()) : std::vector<std::byte>{});
+    auto pending_plan = broadcast(c, plans ? bytes(plans->pending()) : std::vector<std::byte>{});
+    if (apply) agent.reset_plan(plan_from(current), pending_plan.empty() ? nullptr : plan_from(pending_plan));
+  }
+
+  // --- backup workers: sitting out and rejoining (docs/nd.md, "Sitting out") ---------------
+  // A plan that lists ranks in Plan::sitting takes effect at a step every rank knows (the step
+  // before it is settled: nothing is in flight). At its begin_step the ranks that took part so
+  // far meet once (a guarded barrier, after rank 0 has woken the ranks that rejoin and heard
+  // them ready); the leavers then wait, and the others make a communicator of themselves with
+  // MPI_Comm_create_group (collective over them alone), which carries the steps' reductions and
+  // control rounds from then on. A rank that rejoins gets where the run stands, the plans and
+  // the program's state from rank 0 over that communicator. At the end of the run every rank
+  // that sits out rejoins, so that the end (final checkpoint, report) has every rank.
+  static constexpr int kWakeTag = 0x5157, kReadyTag = 0x5158, kGroupTag = 0x5159;
+
+  void make_members(const std::vector<std::int32_t>& sitting) {
+    MPI_Group all = MPI_GROUP_NULL, in = MPI_GROUP_NULL;
+    ANTDT_CHECK_MPI(MPI_Comm_group(comm.get(), &all));
+    ANTDT_CHECK_MPI(MPI_Group_excl(all, static_cast<int>(sitting.size()), sitting.data(), &in));
+    MPI_Comm made = MPI_COMM_NULL;
+    // Blocking, but every rank of the group is known to be here (the barrier or the wake before
+    // it); the watchdog ends a process that stays in it anyway.
+    watched([&] { ANTDT_CHECK_MPI(MPI_Comm_create_group(comm.get(), in, kGroupTag, &made)); });
+    MPI_Group_free(&in);
+    MPI_Group_free(&all);
+    channel.reset();
+    members = Communicator::duplicate(made);
+    MPI_Comm_free(&made);
+    channel = std::make_unique<detail::ControlChannel>(members);
+    sitting_now = sitting;
+  }
+
+  // Rank 0: tells each rank of `joining` the ranks that sit out from now and waits until it is
+  // ready to make the new communicator.
+  void wake(const std::vector<std::int32_t>& joining, const std::vector<std::int32_t>& sitting) {
+    std::int64_t length = static_cast<std::int64_t>(sitting.size());
+    std::vector<int> ready(joining.size(), 0);
+    std::vector<MPI_Request> requests;
+    for (std::size_t k = 0; k < joining.size(); ++k) {
+      requests.emplace_back();
+      ANTDT_CHECK_MPI(MPI_Isend(&length, 1, MPI_INT64_T, joining[k], kWakeTag, comm.get(), &requests.back()));
+      requests.emplace_back();
+      ANTDT_CHECK_MPI(MPI_Isend(sitting.data(), static_cast<int>(length), MPI_INT32_T, joining[k], kWakeTag, comm.get(),
+                                &requests.back()));
+      requests.emplace_back();
+      ANTDT_CHECK_MPI(MPI_Irecv(&ready[k], 1, MPI_INT, joining[k], kReadyTag, comm.get(), &requests.back()));
+    }
+    detail::wait_requests(requests);
+  }
+
+  // Where the run stands, the plans and the program's state, from rank 0 to every member;
+  // applied by `joiner`s.
+  void resync(bool joiner) {
+    protocol::ResumeState state;
+    detail::ByteWriter w;
+    if (root()) {
+      state = settled_coordinator().resume_state();
+      state.finished = agent.finished();
+      state.stopped = agent.stopped();
+      state.restart = agent.restart_requested();
+      protocol::encode(state, w);
+    }
+    const auto bytes = broadcast(members, w.take());
+    detail::ByteReader in(bytes);
+    state = protocol::decode_resume(in);
+    share_plans(&members, joiner);
+    if (joiner) {
+      agent.resume(state, ledger);
+      ++rejoins;
+      ANTDT_LOG(info) << "rejoins at step " << state.step;
+    }
+    if (share_state) share_state();
+  }
+
+  // The ranks that take part change at this step, to all but `sitting`.
+  void regroup(const std::vector<std::int32_t>& sitting) {
+    detail::Guard::Scope scope(guard, detail::Phase::regroup, agent.step());
+    std::vector<std::int32_t> joining;
+    for (const auto r : sitting_now)
+      if (!std::binary_search(sitting.begin(), sitting.end(), r)) joining.push_back(r);
+    if (root()) wake(joining, sitting);
+    detail::barrier(members.get());  // every rank that took part so far, the leavers too
+    if (std::binary_search(sitting.begin(), sitting.end(), static_cast<std::int32_t>(comm.rank()))) {
+      channel.reset();
+      members = Communicator();
+      sitting_now = sitting;
+      ++sit_outs;
+      ANTDT_LOG(info) << "sits out from step " << agent.step() << " (backup worker)";
+      sit_out();
+      return;
+    }
+    make_members(sitting);
+    if (!joining.empty()) resync(false);
+  }
+
+  // A rank that sits out: waits (napping, answering the guard) until rank 0 wakes it, then
+  // rejoins. Without a guard (--step-timeout 0) it naps too: MPI's own wait would poll, and take
+  // the core from whatever made this rank sit out.
+  void sit_out() {
+    detail::Guard::Scope scope(guard, detail::Phase::sitting_out, agent.step());
+    std::int64_t length = 0;
+    MPI_Request request = MPI_REQUEST_NULL;
+    ANTDT_CHECK_MPI(MPI_Irecv(&length, 1, MPI_INT64_T, 0, kWakeTag, comm.get(), &request));
+    if (guard != nullptr) {
+      detail::wait_requests({&request, 1});
+    } else {
+      for (int done = 0;;) {
+        ANTDT_CHECK_MPI(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+        if (done != 0) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      }
+    }
+    if (length < 0 || length >= comm.size())
+      throw Error("sitting out: a wake from rank 0 lists " + std::to_string(length) + " ranks");
+    std::vector<std::int32_t> sitting(static_cast<std::size_t>(length));
+    ANTDT_CHECK_MPI(
+        MPI_Irecv(sitting.data(), static_cast<int>(length), MPI_INT32_T, 0, kWakeTag, comm.get(), &request));
+    detail::wait_requests({&request, 1});
+    int ready = 1;
+    ANTDT_CHECK_MPI(MPI_Isend(&ready, 1, MPI_INT, 0, kReadyTag, comm.get(), &request));
+    detail::wait_requests({&request, 1});
+    make_members(sitting);
+    resync(true);
+  }
+
+  [[nodiscard]] bool sitting_out() const noexcept { return members.get() == MPI_COMM_NULL; }
+
+  // The run's first control round (collective): where the data order stands.
+  void first_round() {
+    if (agent.in_step() || agent.started() || agent.finished()) return;
+    exchange(nullptr);
+    t_last_end = seconds_now();
+  }
+
+  // At a step's start: the regroup its plan asks for, if any.
+  void regroup_if_due() {
+    if (!agent.started() || agent.finished() || agent.in_step()) return;
+    const auto& sitting = agent.plans().at(agent.step()).sitting;
+    if (sitting != sitting_now) regroup(sitting);
+  }
+
+  // A program's reduction: every rank must pass the same shape (docs/job.md); inside the timed
+  // reduction, so that the wait for the slowest rank counts as reduction, not compute.
+  void agree_on_call(const char* call, detail::CallShape::Type type, std::int64_t count) {
+    detail::agree_on_call(members.get(), call, {type, count}, comm.rank());
   }
 
   // The step's reduction, guarded (guard.hpp): a rank that stalls before or inside it is named
@@ -262,6 +414,13 @@ struct Session::Impl {
     agent.mark_compute_done();
     const double t0 = seconds_now();
     detail::Guard::Scope scope(guard, detail::Phase::reduction, agent.step());
+    watched(reduce);
+    agent.add_reduce_seconds(seconds_now() - t0);
+  }
+
+  // Runs `call`, a wait antdt cannot poll, with the watchdog armed (if there is one).
+  template <class F>
+  void watched(F&& call) {
     struct Disarm {
       detail::StallWatchdog* w;
       ~Disarm() {
@@ -269,8 +428,7 @@ struct Session::Impl {
       }
     } disarm{watchdog.get()};
     if (watchdog) watchdog->arm(agent.step());
-    reduce();
-    agent.add_reduce_seconds(seconds_now() - t0);
+    call();
   }
 
   // One control round: every rank's report (none for the first) to rank 0, each rank's replies
@@ -280,7 +438,7 @@ struct Session::Impl {
     detail::Guard::Scope scope(guard, detail::Phase::control, agent.step());
     detail::ByteWriter mine;
     if (report) protocol::encode(*report, mine);
-    const auto got = channel.exchange(mine.bytes(), [&](const std::vector<std::span<const std::byte>>& reports) {
+    const auto got = channel->exchange(mine.bytes(), [&](const std::vector<std::span<const std::byte>>& reports) {
       return decide(report != nullptr, reports);
     });
     if (decide_after_round) {  // rank 0: a short pipelined decision, off every rank's wait
@@ -354,6 +512,7 @@ struct Session::Impl {
         detail::ByteReader in(bytes);
         decoded.push_back(protocol::decode_report(in));
       }
+      if (!sitting_now.empty()) decoded = coordinator->with_sitting(decoded);  // those who sit out did nothing
       const protocol::StepReply* previous = out_decisions.empty() ? nullptr : &out_decisions.back().reply;
       const bool settle = std::exchange(settle_next, false) || coordinator->settles(decoded, previous) ||
                           (previous && previous->status != protocol::ReplyStatus::ok);
@@ -400,7 +559,7 @@ struct Session::Impl {
       }
     }
     out.offsets.push_back(0);
-    for (int r = 0; r < comm.size(); ++r) {
+    for (int r = 0; r < members.size(); ++r) {
       w.put(static_cast<std::uint8_t>(out_decisions.size()));
       for (const auto& d : out_decisions) protocol::encode(d.reply_for(r), w);
       out.offsets.push_back(w.bytes().size());
@@ -480,10 +639,11 @@ StepWork Session::begin_step() {
     s.guard->set_step(s.agent.step());
     s.guard->set_phase(detail::Phase::step);
   }
-  if (!s.agent.in_step() && !s.agent.started() && !s.agent.finished()) {
-    s.exchange(nullptr);  // the first grants (collective)
-    s.t_last_end = seconds_now();
-  }
+  s.first_round();
+  s.regroup_if_due();  // a rank that sits out waits in here until it rejoins, or the run ends
+  if (s.agent.finished())
+    throw UsageError(
+        "Session::begin_step: the run ended while this rank sat out (call await_turn(), then check finished())");
   s.t_step_begin = seconds_now();
   s.agent.set_capped(s.guard && s.guard->capped(), s.guard ? s.guard->quota_cores() : 0.0);
   const std::int64_t version = s.agent.plan().version;
@@ -505,8 +665,11 @@ std::vector<std::int64_t> Session::next_chunk() {
 
 void Session::chunk_done(double measured_seconds) { impl_->agent.chunk_done(measured_seconds); }
 
-void Session::reduce_sums(float* buffer, std::int64_t count, GradientReducer& reducer) {
-  impl_->timed_reduction([&] { reducer.allreduce_sum(buffer, count); });
+void Session::reduce_sums(float* buffer, std::int64_t count, GradientReducer& reducer, const char* call) {
+  impl_->timed_reduction([&] {
+    if (call != nullptr) impl_->agree_on_call(call, detail::CallShape::Type::device_float32, count);
+    reducer.allreduce_sum(buffer, count);
+  });
 }
 
 void Session::reduce_sums(OverlappedReduction& reduction) {
@@ -531,17 +694,20 @@ void check_reduction(const agent::Agent& agent, std::int64_t local_samples, cons
 
 }  // namespace
 
-std::int64_t Session::reduce(std::span<float> gradient_sums, std::int64_t local_samples) {
+std::int64_t Session::reduce(std::span<float> gradient_sums, std::int64_t local_samples, const char* call) {
   check_reduction(impl_->agent, local_samples, "Session::reduce");
   std::int64_t total = 0;
   impl_->timed_reduction([&] {
+    if (call != nullptr) {
+      impl_->agree_on_call(call, detail::CallShape::Type::float32, static_cast<std::int64_t>(gradient_sums.size()));
+    }
     // One fused reduction: the count rides in trailing digit slots, exact at any count
     // (antdt/sample_count.hpp).
     std::vector<float> fused(gradient_sums.size() + kSampleCountSlots);
     std::copy(gradient_sums.begin(), gradient_sums.end(), fused.begin());
     encode_sample_count(local_samples, fused.data() + gradient_sums.size());
-    detail::allreduce(MPI_IN_PLACE, fused.data(), static_cast<int>(fused.size()), MPI_FLOAT, MPI_SUM,
-                      impl_->comm.get());
+    detail::allreduce_in_place(fused.data(), static_cast<std::int64_t>(fused.size()), MPI_FLOAT, sizeof(float), MPI_SUM,
+                               impl_->members.get());
     total = decode_sample_count(fused.data() + gradient_sums.size());
     if (total < 0) {  // the same on every rank: all of them throw
       throw Error(
@@ -554,14 +720,17 @@ std::int64_t Session::reduce(std::span<float> gradient_sums, std::int64_t local_
   return total;
 }
 
-std::int64_t Session::reduce(std::span<std::int64_t> sums, std::int64_t local_samples) {
+std::int64_t Session::reduce(std::span<std::int64_t> sums, std::int64_t local_samples, const char* call) {
   check_reduction(impl_->agent, local_samples, "Session::reduce");
   std::int64_t total = 0;
   impl_->timed_reduction([&] {
+    if (call != nullptr) {
+      impl_->agree_on_call(call, detail::CallShape::Type::int64, static_cast<std::int64_t>(sums.size()));
+    }
     std::vector<std::int64_t> fused(sums.begin(), sums.end());
     fused.push_back(local_samples);  // integers: the count is exact as it is
-    detail::allreduce(MPI_IN_PLACE, fused.data(), static_cast<int>(fused.size()), MPI_INT64_T, MPI_SUM,
-                      impl_->comm.get());
+    detail::allreduce_in_place(fused.data(), static_cast<std::int64_t>(fused.size()), MPI_INT64_T, sizeof(std::int64_t),
+                               MPI_SUM, impl_->members.get());
     total = fused.back();
     std::copy(fused.begin(), fused.end() - 1, sums.begin());
   });
@@ -625,7 +794,31 @@ void Session::restore(const CheckpointReader* reader) {
   s.recorder.clear();
 }
 
-const Communicator& Session::comm() const noexcept { return impl_->comm; }
+const Communicator& Session::comm() const noexcept { return impl_->members; }
+const Communicator& Session::world_comm() const noexcept { return impl_->comm; }
+void Session::await_turn() {
+  auto& s = *impl_;
+  if (s.guard) s.guard->serve();
+  s.first_round();
+  if (s.agent.finished()) {
+    // The end of the run has every rank (final checkpoint, report): those who sit out rejoin.
+    if (!s.sitting_now.empty() && !s.sitting_out()) s.regroup({});
+    return;
+  }
+  s.regroup_if_due();
+}
+void Session::keep_every_rank() {
+  if (impl_->coordinator) impl_->settled_coordinator().keep_every_rank();
+}
+void Session::set_share_state(std::function<void()> share) { impl_->share_state = std::move(share); }
+bool Session::sitting_out() const noexcept { return impl_->sitting_out(); }
+const std::vector<std::int32_t>& Session::sitting_ranks() const noexcept { return impl_->sitting_now; }
+std::int64_t Session::sit_outs() const {
+  return impl_->coordinator ? impl_->settled_coordinator().controller().sit_outs() : impl_->sit_outs;
+}
+std::int64_t Session::rejoins() const {
+  return impl_->coordinator ? impl_->settled_coordinator().controller().rejoins() : impl_->rejoins;
+}
 int Session::rank() const noexcept { return impl_->comm.rank(); }
 int Session::size() const noexcept { return impl_->comm.size(); }
 std::int64_t Session::step() const noexcept { return impl_->agent.step(); }
@@ -644,7 +837,9 @@ double Session::decision_wait_seconds() const noexcept { return impl_->decision_
 double Session::elapsed_seconds() const noexcept { return seconds_now() - impl_->t_session; }
 const std::vector<std::int64_t>& Session::micro_batch_caps() const noexcept { return impl_->caps; }
 const std::vector<std::string>& Session::node_names() const noexcept { return impl_->nodes; }
-std::size_t Session::control_bytes_received() const noexcept { return impl_->channel.last_received_bytes(); }
+std::size_t Session::control_bytes_received() const noexcept {
+  return impl_->channel ? impl_->channel->last_received_bytes() : 0;
+}
 Session::PoolCost Session::pool_cost() const noexcept {
   return impl_->pool ? PoolCost{impl_->pool->counter.atomics(), impl_->pool->counter.seconds()} : PoolCost{};
 }

@@ -93,7 +93,9 @@ class Session {
   // elements carry the sample count as digits (src/comm/sample_count.hpp), so after the call they
   // hold B, exactly, and the caller divides (antdt::Model's apply_update does). One reduction
   // carries gradients and count together.
-  void reduce_sums(float* buffer, std::int64_t count, GradientReducer& reducer);
+  // `call` (a program's own reduction: "Job::reduce_device"): first checks, inside the timed
+  // reduction, that every rank passes the same count (transport/collectives.hpp, agree_on_call).
+  void reduce_sums(float* buffer, std::int64_t count, GradientReducer& reducer, const char* call = nullptr);
   // Collective: the same for a reduction begun during the compute
   // (GradientReducer::begin_overlapped, fed by Model::accumulate_overlapped); finishes it. The
   // step's reduce time is what is left to wait for here.
@@ -101,11 +103,13 @@ class Session {
   // Collective convenience for host buffers without count slots: sums `gradient_sums` over
   // ranks and divides by the global sample count (local_samples >= 0 on every rank; exact at
   // any count: it rides in digit slots of the same all-reduce), which it returns.
-  std::int64_t reduce(std::span<float> gradient_sums, std::int64_t local_samples);
+  // `call` names the program's call for the check that every rank passes the same size and type
+  // (as reduce_sums; nullptr: no check).
+  std::int64_t reduce(std::span<float> gradient_sums, std::int64_t local_samples, const char* call = nullptr);
   // Collective: sums integer `sums` (fixed-point gradient sums, say) over ranks in place, exactly
   // and in any order, and returns the global sample count; the caller divides. UsageError, on
   // every rank alike, outside a step or when local_samples is not what this rank was given.
-  std::int64_t reduce(std::span<std::int64_t> sums, std::int64_t local_samples);
+  std::int64_t reduce(std::span<std::int64_t> sums, std::int64_t local_samples, const char* call = nullptr);
 
   // Collective. Sends this step's report to rank 0 and returns at once with what rank 0 decided
   // about the step before (its totals, a new plan): rank 0 decides this step while every rank
@@ -146,7 +150,28 @@ class Session {
   // every rank resumes at the saved step. `reader` is only dereferenced on rank 0.
   void restore(const CheckpointReader* reader);
 
+  // The ranks that take part in the steps now: every rank, unless some sit out (backup workers,
+  // docs/nd.md): then the others. Collectives of a step (a program's own too) go over it.
   [[nodiscard]] const Communicator& comm() const noexcept;
+  // Every rank, always.
+  [[nodiscard]] const Communicator& world_comm() const noexcept;
+  // Between steps (the Job calls it before it checks finished()): the regroup the next step's
+  // plan asks for, or at the end of the run the return of every rank that sits out. A rank that
+  // sits out waits in here until it rejoins or the run ends.
+  void await_turn();
+  // The program's state from rank 0 to every rank of comm(), called on each of them when a rank
+  // rejoins (antdt::Job broadcasts its registered state). Needs SessionOptions::can_sit_out.
+  void set_share_state(std::function<void()> share);
+  // Local, on every rank alike: no rank sits out from now on. For a reduction that keeps the
+  // communicator it was made with and cannot follow comm() (NCCL; Job::reduce_device).
+  void keep_every_rank();
+  // This rank sits out now (only between await_turn and its return: false otherwise).
+  [[nodiscard]] bool sitting_out() const noexcept;
+  // The ranks that sit out now (every rank knows them: they are in the step replies).
+  [[nodiscard]] const std::vector<std::int32_t>& sitting_ranks() const noexcept;
+  // Rank 0: sit-outs and rejoins decided over the run; elsewhere this rank's own.
+  [[nodiscard]] std::int64_t sit_outs() const;
+  [[nodiscard]] std::int64_t rejoins() const;
   [[nodiscard]] int rank() const noexcept;
   [[nodiscard]] int size() const noexcept;
   [[nodiscard]] std::int64_t step() const noexcept;                      // the next step to run

@@ -24,7 +24,6 @@ void validate_session_options(const SessionOptions& o, int world, bool dataset_k
                      name("global-batch") + " is " + std::to_string(o.global_batch));
   }
   if (o.micro_batch_cap < 0) throw UsageError(name("micro-batch-cap") + " must be >= 0 (0 = no cap)");
-  if (o.prefetch_steps < 1) throw UsageError(name("prefetch-steps") + " must be at least 1");
   if (o.reply_lag < 0 || o.reply_lag > 1) throw UsageError(name("reply-lag") + " must be 0 or 1");
   if (!(o.step_timeout_seconds >= 0.0) || o.step_timeout_seconds > 1e9)
     throw UsageError(name("step-timeout") + " must be 0 (none) or positive seconds");
@@ -54,8 +53,11 @@ dds::LedgerOptions session_ledger_options(const SessionOptions& o, int world) {
   validate_session_options(o, world);
   dds::LedgerOptions l;
   l.dataset_size = o.dataset_size;
-  // From N and B alone: the order, and so every step's samples, must not depend on the world.
-  l.shard_size = o.shard_size > 0 ? o.shard_size : dds::default_shard_size(o.dataset_size, o.global_batch);
+  // From N, B and the shuffle alone: the order, and so every step's samples, must not depend on
+  // the world. 0: one shard (a full permutation per epoch), or shards of 10 B where the samples
+  // are not shuffled within shards (docs/dds.md).
+  l.shard_size =
+      o.shard_size > 0 ? o.shard_size : dds::default_shard_size(o.dataset_size, o.global_batch, o.shuffle_within_shard);
   l.seed = o.seed;
   l.shuffle_shards = o.shuffle_shards;
   l.shuffle_within_shard = o.shuffle_within_shard;
@@ -98,6 +100,16 @@ protocol::StepCoordinatorOptions coordinator_options(const SessionOptions& o, co
   c.controller.cost.gradient_bytes = o.gradient_bytes;
   c.controller.nodes = nodes;
   c.pool = pool_options(o, static_cast<int>(caps.size()));
+  // Backup workers sit out only where the program can hand its state to a rank that rejoins (a
+  // Job), and on at least two ranks: `backup_workers` ranks at most, 1 unless set.
+  const int world = static_cast<int>(caps.size());
+  const int backups = o.backup_workers < 0 ? std::min(1, world - 1) : o.backup_workers;
+  if (backups >= world && world > 0) {
+    throw UsageError(option_name("backup-workers") + " " + std::to_string(backups) +
+                     " leaves no rank to do a step of this " + std::to_string(world) + "-rank job (give 0 to " +
+                     std::to_string(world - 1) + ")");
+  }
+  c.controller.backup_workers = o.can_sit_out ? backups : 0;
   return c;
 }
 

@@ -49,11 +49,12 @@ Job make_job(const SimConfig& c) {
   j.controller.cost.gradient_bytes = c.gradient_bytes;
   const std::int64_t b = j.controller.global_batch;
   j.ledger.dataset_size = c.dataset_size > 0 ? c.dataset_size : 20 * b;
-  j.ledger.shard_size = c.shard_size > 0 ? c.shard_size : dds::default_shard_size(j.ledger.dataset_size, b);
   // The simulated ranks read no data and their times do not depend on which samples they
   // train: the order is not shuffled within shards, which saves every simulated rank a
-  // permutation per sample in each step (100,000 ranks compute B indices per step).
+  // permutation per sample in each step (100,000 ranks compute B indices per step). So the
+  // default shards are the Session's for that order: about 10 global batches.
   j.ledger.shuffle_within_shard = false;
+  j.ledger.shard_size = c.shard_size > 0 ? c.shard_size : dds::default_shard_size(j.ledger.dataset_size, b, false);
   j.ledger.max_epochs = c.max_epochs;
   j.emulation = c.emulation;
   j.emulation.speeds = c.speeds;
@@ -67,10 +68,12 @@ Job make_job(const SimConfig& c) {
   j.controller.plan_lag = std::max<std::int64_t>(j.controller.plan_lag, c.reply_lag);
   j.coordinator.controller = j.controller;
   j.coordinator.pool.pooled = policy_pools(j.controller.policy);
+  // Backup workers sit out as in a job (docs/nd.md): the same Controller decides; the
+  // all-reduce of a step is over the ranks that take part.
   const int backups = c.backup_workers < 0 ? std::min(1, n - 1) : c.backup_workers;
   j.coordinator.pool.backup_workers = j.coordinator.pool.pooled ? backups : 0;
-  if (const std::string why = backup_workers_problem(backups, n); j.coordinator.pool.pooled && !why.empty())
-    throw UsageError("simulator: " + why);
+  if (const std::string why = backup_workers_problem(backups, n); !why.empty()) throw UsageError("simulator: " + why);
+  j.coordinator.controller.backup_workers = backups;
   j.coordinator.pool.chunks_per_share = c.chunks_per_share;
   j.coordinator.pool.first_chunk = c.first_chunk;
   j.coordinator.pool.mechanism =
@@ -499,8 +502,12 @@ SimResult simulate(const SimConfig& config) {
       continue;
     }
     double end = 0.0, mean_t = 0.0, max_t = 0.0;
-    const auto reports = ranks->run_step(now, config.overhead_seconds, config.chunk_overhead_seconds,
-                                         r.allreduce_seconds, end, mean_t, max_t);
+    const auto sitting = static_cast<int>(coordinator->plans().at(coordinator->step()).sitting.size());
+    const double allreduce =
+        sitting == 0 ? r.allreduce_seconds
+                     : config.network.allreduce_seconds(n - sitting, static_cast<double>(config.gradient_bytes));
+    const auto reports =
+        ranks->run_step(now, config.overhead_seconds, config.chunk_overhead_seconds, allreduce, end, mean_t, max_t);
     // The round: rank 0 must hold the decision of the step before; it was made meanwhile.
     double waited = 0.0;
     if (pending && pending->ready_at > end) {

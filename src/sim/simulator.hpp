@@ -67,8 +67,7 @@ struct SimConfig {
   std::int64_t steps = 500;
   std::int64_t dataset_size = 0;        // N; 0: 20 global batches
   std::int64_t max_epochs = 0;          // 0: stop by steps only
-  std::int64_t shard_size = 0;          // 0: about 10 global batches, as the Session picks
-  int prefetch_steps = 2;               // no effect: every rank composes its steps from the data order (docs/dds.md)
+  std::int64_t shard_size = 0;          // 0: about 10 global batches, the Session's for an unshuffled order
   double seconds_per_sample = 1e-3;     // c at speed 1
   double overhead_seconds = 0.0;        // data wait of every rank in every step
   std::int64_t gradient_bytes = 0;      // bytes of the gradient all-reduce

@@ -23,7 +23,7 @@ namespace antdt::detail {
 
 // One word between rank 0 and a rank: a question, its answer, a stop, an ask or an "alive".
 struct Guard::Word {
-  enum Kind : std::uint8_t { question = 1, answer = 2, stop = 3, ask = 4, alive = 5 };
+  enum Kind : std::uint8_t { question = 1, answer = 2, stop = 3, ask = 4, alive = 5, left = 6 };
   std::uint8_t kind = 0;
   std::uint8_t phase = 0;
   std::uint8_t error_kind = 0;
@@ -102,6 +102,10 @@ const char* phase_name(Phase phase) noexcept {
       return "the resume";
     case Phase::end:
       return "the end of the run";
+    case Phase::sitting_out:
+      return "sitting out";
+    case Phase::regroup:
+      return "the regroup of the ranks that take part";
   }
   return "a wait";
 }
@@ -115,11 +119,11 @@ void stall_point(Phase phase, std::int64_t step, int rank) {
     Spec s;
     const char* text = std::getenv("ANTDT_TEST_STALL");
     if (text == nullptr) return s;
-    static const char* const kKeys[] = {"startup",    "probe",      "step",   "reduction", "control",
-                                        "evaluation", "checkpoint", "resume", "end"};
+    static const char* const kKeys[] = {"startup",    "probe",  "step", "reduction", "control", "evaluation",
+                                        "checkpoint", "resume", "end",  "sitting",   "regroup"};
     const std::string t(text);
     const auto colon = t.find(':');
-    for (int k = 0; k < 9 && colon != std::string::npos; ++k)
+    for (int k = 0; k < 11 && colon != std::string::npos; ++k)
       if (t.substr(0, colon) == kKeys[k]) s.phase = k;
     if (s.phase < 0) return s;
     const std::string rest = t.substr(colon + 1);
@@ -256,7 +260,62 @@ void Guard::serve() {
       throw_shared_error(static_cast<ErrorKind>(w.error_kind), w.text, true);
     }
     if (w.kind == Word::question || (rank_ == 0 && w.kind == Word::ask)) answer(w);
-    if (w.kind == Word::alive) alive_seen_ = true;  // needs no answer: wait() extends its patience
+    if (w.kind == Word::alive) alive_seen_ = true;               // needs no answer: wait() extends its patience
+    if (rank_ == 0 && w.kind == Word::left) left_.push_back(w);  // judged at rank 0's next wait
+  }
+}
+
+namespace {
+// Where a rank left, as rank 0 words it (the leaver's phase and step).
+std::string left_text(const std::string& who, Phase phase, std::int64_t step) {
+  return who + " left the run in " + phase_name(phase) + " (step " + std::to_string(step) +
+         ") before it ended: its program stopped calling antdt there (a return, a break, an exception or an exit on "
+         "that rank), which is not a stall: no node is to blame";
+}
+}  // namespace
+
+void Guard::leave() {
+  if (rank_ == 0) {  // every rank hears it as a stop, as from rank 0's judge
+    std::vector<std::int32_t> all;
+    for (int r = 1; r < size_; ++r) all.push_back(r);
+    tell_stop(all, left_text(rank_name(0), phase_, step_) + "; stopping every rank");
+    return;
+  }
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized != 0 || words_ == MPI_COMM_NULL || size_ == 1 || waits_abandoned()) return;
+  if (send_ != MPI_REQUEST_NULL) MPI_Wait(&send_, MPI_STATUS_IGNORE);  // small: it has gone
+  const Word w = make_word(Word::left, phase_, step_, rank_);
+  std::memcpy(outgoing_.data(), &w, sizeof w);
+  ANTDT_CHECK_MPI(MPI_Isend(outgoing_.data(), kWordBytes, MPI_BYTE, 0, kAsk, words_, &send_));
+  let_go({&send_, 1});
+}
+
+void Guard::tell_stop(const std::vector<std::int32_t>& ranks, const std::string& why) {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (rank_ != 0 || ranks.empty() || finalized != 0 || words_ == MPI_COMM_NULL || waits_abandoned()) return;
+  sent_.assign(1, make_word(Word::stop, phase_, step_, 0));
+  sent_[0].error_kind = static_cast<std::uint8_t>(ErrorKind::runtime);
+  set_text(sent_[0], why);
+  std::vector<MPI_Request> sends;
+  for (const std::int32_t r : ranks) {
+    if (r <= 0 || r >= size_) continue;
+    sends.emplace_back(MPI_REQUEST_NULL);
+    ANTDT_CHECK_MPI(MPI_Isend(sent_.data(), kWordBytes, MPI_BYTE, r, kToRank, words_, &sends.back()));
+  }
+  let_go(sends);
+}
+
+// Small words go eagerly: gives them a moment, then lets them go (their buffers live with the Guard).
+void Guard::let_go(std::span<MPI_Request> sends) {
+  const double deadline = steady_seconds() + 0.2;
+  for (int done = 0; done == 0 && steady_seconds() < deadline;) {
+    ANTDT_CHECK_MPI(MPI_Testall(static_cast<int>(sends.size()), sends.data(), &done, MPI_STATUSES_IGNORE));
+    if (done == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  for (auto& q : sends) {
+    if (q != MPI_REQUEST_NULL) MPI_Request_free(&q);
   }
 }
 
@@ -301,7 +360,7 @@ void Guard::wait(std::span<MPI_Request> requests) {
       asked = -1.0;
       patience = now + timeout_ + grace;
     }
-    if (now >= patience) {
+    if (now >= patience || (rank_ == 0 && !left_.empty())) {  // a rank that left: no need to wait
       if (rank_ == 0) {
         judge(requests);
         return;  // the waited-for work completed while rank 0 asked around: a late rank, not a stall
@@ -371,6 +430,7 @@ void Guard::judge(std::span<MPI_Request> requests) {
     if (q != MPI_REQUEST_NULL) MPI_Request_free(&q);  // small words: they go without us
   }
   if (missing.empty()) {
+    left_.clear();  // whoever said it left has answered since: it is here
     // Everyone answered: if the waited-for work completes now, a rank was late, not stalled.
     const double settle = steady_seconds() + window;
     for (int done = 0; steady_seconds() < settle;) {
@@ -385,7 +445,17 @@ void Guard::judge(std::span<MPI_Request> requests) {
   const std::string timeout = seconds_text(timeout_) + " s (" + option_name("step-timeout") + ")";
   ErrorKind kind = ErrorKind::stall;
   std::string what;
-  if (!missing.empty()) {
+  std::vector<int> stalled;  // the missing ranks that did not say they left
+  for (const int r : missing) {
+    if (std::none_of(left_.begin(), left_.end(), [&](const Word& w) { return w.rank == r; })) stalled.push_back(r);
+  }
+  if (!missing.empty() && stalled.empty()) {
+    const Word& first = left_.front();
+    kind = ErrorKind::runtime;
+    what = left_text(rank_name(first.rank), static_cast<Phase>(first.phase), first.step) +
+           (left_.size() > 1 ? " (and " + std::to_string(left_.size() - 1) + " more)" : "") + "; stopping every rank";
+  } else if (!missing.empty()) {
+    missing = stalled;
     std::string who;
     for (std::size_t k = 0; k < std::min(missing.size(), kNamedAtMost); ++k)
       who += (k == 0 ? "" : ", ") + rank_name(missing[k]);
@@ -396,6 +466,7 @@ void Guard::judge(std::span<MPI_Request> requests) {
     int other = -1;
     for (int r = 1; r < size_ && other < 0; ++r) {
       const auto& a = answers[static_cast<std::size_t>(r)];
+      if (a.phase == static_cast<std::uint8_t>(Phase::sitting_out)) continue;  // not in these steps
       if (a.phase != static_cast<std::uint8_t>(phase_) || a.step != step_) other = r;
     }
     if (other > 0) {
@@ -450,12 +521,16 @@ void Guard::judge(std::span<MPI_Request> requests) {
 }
 
 void Guard::rank0_silent(double waited) {
+  // Every other rank finds it, each after its own wait: rank 1 says it, the rest stay quiet
+  // (one line, as for any stall).
+  char waited_text[32];
+  std::snprintf(waited_text, sizeof waited_text, "%.1f", waited);
   throw_shared_error(ErrorKind::stall,
-                     "rank " + std::to_string(rank_) + " waited " + seconds_text(waited) + " s in " +
-                         where(phase_, step_) + " and " + rank_name(0) + " did not answer within " +
-                         seconds_text(grace_seconds(timeout_)) + " s (" + option_name("step-timeout") + " " +
-                         seconds_text(timeout_) + " plus grace): rank 0 stalled",
-                     false);
+                     "rank " + std::to_string(rank_) + " waited " + waited_text + " s in " + where(phase_, step_) +
+                         " and " + rank_name(0) + " did not answer within " + seconds_text(grace_seconds(timeout_)) +
+                         " s (" + option_name("step-timeout") + " " + seconds_text(timeout_) +
+                         " plus grace): rank 0 stalled",
+                     rank_ != 1);
 }
 
 Guard* installed_guard() noexcept { return g_installed; }

@@ -43,6 +43,10 @@ enum class Phase : std::uint8_t {
   checkpoint = 6,
   resume = 7,
   end = 8,  // the end of the run (final checkpoint, report)
+  // Waiting to rejoin (a backup worker that sits out, docs/nd.md): not in the others' steps, so
+  // rank 0's judge leaves it out of its comparison of where the ranks are.
+  sitting_out = 9,
+  regroup = 10,  // the ranks that take part in the steps change (a rank sits out or rejoins)
 };
 [[nodiscard]] const char* phase_name(Phase phase) noexcept;
 
@@ -79,6 +83,14 @@ class Guard {
   void wait(std::span<MPI_Request> requests);
   // Between waits (every antdt call makes it): answers rank 0's question, obeys its stop.
   void serve();
+  // This rank leaves before the run is over (its program returned, exited or broke out of its
+  // loop, and destroyed its Job): it tells rank 0, which stops every rank at its next wait with
+  // an error that names this rank as having left, not as stalled (no node is to blame); rank 0
+  // itself tells every rank. Local and quick: it waits for no one.
+  void leave();
+  // Rank 0 ending with an error: tells `ranks` (those that sit out, which hear of the error no
+  // other way; the others share it already) to stop with `why`. Local and quick.
+  void tell_stop(const std::vector<std::int32_t>& ranks, const std::string& why);
 
   // What this rank is doing, for the messages and the answers; a Scope sets it for a block.
   class Scope {
@@ -120,6 +132,7 @@ class Guard {
 
  private:
   void post_receive();
+  void let_go(std::span<MPI_Request> sends);
   void answer(const Word& question);
   // Rank 0, past the timeout: finds who stalled (or that the calls differ) and stops every rank;
   // returns only when every rank answered and `requests` completed meanwhile (a late rank).
@@ -143,6 +156,7 @@ class Guard {
   std::vector<Word> sent_;  // rank 0's questions and stops, alive while they may be in flight
   std::uint64_t naps_ = 0;
   bool alive_seen_ = false;  // rank 0 said it is alive since the wait's last test
+  std::vector<Word> left_;   // rank 0: the words of ranks that said they left
   bool capped_ = false;
   double quota_cores_ = 0.0;
   double quota_read_ = -1e300;  // when capped_ was read

@@ -23,7 +23,9 @@ inline std::vector<RankStepStats> step_stats(const Plan& plan, const SpeedAt& x,
         plan.batch[i] > 0 ? static_cast<double>(plan.batch[i]) / x(static_cast<int>(i), step) : 0.0;
     slowest = std::max(slowest, stats[i].compute_seconds);
   }
-  for (auto& s : stats) {
+  for (std::size_t i = 0; i < stats.size(); ++i) {
+    auto& s = stats[i];
+    if (plan.sits_out(static_cast<int>(i))) continue;  // a rank that sits out reports nothing
     s.idle_seconds = slowest - s.compute_seconds;
     s.reduce_seconds = s.idle_seconds + 1e-4;
   }

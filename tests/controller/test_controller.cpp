@@ -337,16 +337,16 @@ TEST(Controller, RestoreContinuesExactly) {
   bad = bytes;
   bad[1] = std::byte{0x7f};
   EXPECT_THROW((void)Controller::restore(bad, o), antdt::CheckpointError);
-  // A checkpoint of format 3 (before plans said whether they pool) is refused, and says why.
+  // A checkpoint of format 4 (before plans listed the ranks that sit out) is refused, and says why.
   bad = bytes;
-  const std::uint32_t three = 3;
-  std::memcpy(bad.data() + 4, &three, sizeof three);
+  const std::uint32_t four = 4;
+  std::memcpy(bad.data() + 4, &four, sizeof four);
   try {
     (void)Controller::restore(bad, o);
-    ADD_FAILURE() << "format 3 was read";
+    ADD_FAILURE() << "format 4 was read";
   } catch (const antdt::CheckpointError& error) {
     EXPECT_NE(
-        std::string(error.what()).find("format 3, but this build reads format 4; it was written by an older antdt"),
+        std::string(error.what()).find("format 4, but this build reads format 5; it was written by an older antdt"),
         std::string::npos)
         << error.what();
   }

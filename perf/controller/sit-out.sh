@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# Backup workers (issue 39, docs/nd.md "Sitting out"): a rank that is away or that costs more than
+# it gives sits out, against static, dd without sitting out and the fast ranks by themselves.
+#
+#  A. virtual device: 8 ranks (oversubscribed on 2 cores: they wait out modelled compute), rank 7
+#     at 0.02 of the others' speed, c = 0.5 ms a sample, B 256: one sample of rank 7 (25 ms) takes
+#     longer than the others' shares of a step (18 ms). static, dd --backup-workers 0, dd (default:
+#     1). Printed: throughput over the sum x_i of the other 7 (7 / c = 14,000 samples/s).
+#  B. real sharing: 2 ranks of antdt-train bound to cores 0 and 1 (the MLP 64,256,256,10 on
+#     synthetic data), and a CPU-bound co-tenant (stress-ng --cpu 1) pinned to core 1 at nice 0 and
+#     at nice -10; at each B of BATCHES (default 64 and 2048: steps of about 2 ms and 80 ms on the
+#     machine of 2026-12-07, where rank 0 by itself trains 23-34k samples/s). static,
+#     dd --backup-workers 0, dd (default) and rank 0 by itself (1 rank on core 0, the same B).
+#     Printed: each over rank 0 by itself, and the default over static.
+#
+# Each run lasts SECONDS_PER_RUN and ends by SIGUSR1, which mpirun forwards (a stop at a step boundary); its
+# summary's throughput
+# is samples over the run's wall time, start-up excluded. Runs are interleaved over REPEATS rounds;
+# the medians are printed, with every run's figure in OUT/runs.tsv.
+#   perf/controller/sit-out.sh [build-dir]    REPEATS=5 SECONDS_PER_RUN=20 OUT=dir PARTS="A B" BATCHES="64 2048"
+# Needs 2 cores and stress-ng (scripts/install-deps.sh installs it). Real sharing on a shared
+# machine: quote the medians, and the load beside them.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+build=$(cd "${1:-$root/build}" && pwd)
+repeats=${REPEATS:-5}
+secs=${SECONDS_PER_RUN:-20}
+parts=${PARTS:-A B}
+batches=${BATCHES:-64 2048}
+out=${OUT:-$(mktemp -d /tmp/antdt-sit-out.XXXXXX)}
+mkdir -p "$out"
+train=$build/apps/antdt-train
+[ -x "$train" ] || { echo "sit-out: $train is missing (build first)" >&2; exit 2; }
+command -v stress-ng >/dev/null || { echo "sit-out: stress-ng is missing (scripts/install-deps.sh)" >&2; exit 2; }
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export OPENBLAS_NUM_THREADS=1 ANTDT_LOG_LEVEL=warn
+tenant=
+cleanup() {
+  if [ -n "$tenant" ]; then kill "$tenant" 2>/dev/null || true; wait "$tenant" 2>/dev/null || true; fi
+  pkill -f "stress-ng --cpu 1 --taskset 1" 2>/dev/null || true
+}
+trap cleanup EXIT
+printf 'part\tcase\tconfig\trepeat\tthroughput\n' >"$out/runs.tsv"
+
+# One run of SECONDS: run NAME NP [mpirun options...] -- [antdt-train options...]; prints throughput.
+run() {
+  local name=$1 np=$2
+  shift 2
+  local mpi=()
+  while [ "$1" != -- ]; do mpi+=("$1"); shift; done
+  shift
+  local js=$out/$name.json
+  rm -f "$js"
+  timeout --foreground -s USR1 -k 60 "$secs" mpirun -np "$np" "${mpi[@]}" "$train" --quiet --summary-json "$js" \
+    --steps 100000000 "$@" >"$out/$name.log" 2>&1 || true
+  python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['throughput'])" "$js" 2>/dev/null || echo nan
+}
+
+record() { printf '%s\t%s\t%s\t%s\t%s\n' "$@" >>"$out/runs.tsv"; }
+
+if [[ " $parts " == *" A "* ]]; then
+  vd=(--synthetic-samples 65536 --synthetic-dim 8 --layers 8,16,4 --global-batch 256 --virtual-device 0.0005
+      --emulate-speed 1,1,1,1,1,1,1,0.02)
+  for r in $(seq 1 "$repeats"); do
+    record A 8-ranks static "$r" "$(run a-static-$r 8 -- "${vd[@]}" --policy static)"
+    record A 8-ranks dd-no-sit-out "$r" "$(run a-dd0-$r 8 -- "${vd[@]}" --policy dd --backup-workers 0)"
+    record A 8-ranks dd "$r" "$(run a-dd-$r 8 -- "${vd[@]}" --policy dd)"
+  done
+fi
+
+if [[ " $parts " == *" B "* ]]; then
+  bind=(--bind-to core --map-by core)
+  for b in $batches; do
+    real=(--synthetic-samples 65536 --synthetic-dim 64 --hidden 256,256 --global-batch "$b")
+    for nice in 0 -10; do
+      for r in $(seq 1 "$repeats"); do
+        nice -n "$nice" stress-ng --cpu 1 --taskset 1 --cpu-method int64 -t 0 >/dev/null 2>&1 &
+        tenant=$!
+        sleep 1
+        c="B$b-nice$nice"
+        record B "$c" alone "$r" "$(run $c-alone-$r 1 "${bind[@]}" -- "${real[@]}" --policy static)"
+        record B "$c" static "$r" "$(run $c-static-$r 2 "${bind[@]}" -- "${real[@]}" --policy static)"
+        record B "$c" dd-no-sit-out "$r" \
+          "$(run $c-dd0-$r 2 "${bind[@]}" -- "${real[@]}" --policy dd --backup-workers 0)"
+        record B "$c" dd "$r" "$(run $c-dd-$r 2 "${bind[@]}" -- "${real[@]}" --policy dd)"
+        cleanup
+        tenant=
+      done
+    done
+  done
+fi
+
+python3 - "$out/runs.tsv" <<'EOF'
+import collections, csv, statistics, sys
+runs = collections.defaultdict(list)
+with open(sys.argv[1]) as f:
+    for row in csv.DictReader(f, delimiter="\t"):
+        runs[(row["part"], row["case"], row["config"])].append(float(row["throughput"]))
+med = {k: statistics.median(v) for k, v in runs.items()}
+def show(part, case, config, ref, what):
+    k = (part, case, config)
+    if k not in med or ref <= 0:
+        return
+    lo, hi = min(runs[k]), max(runs[k])
+    print(f"{part} {case:14s} {config:14s} {med[k]:10.0f} samples/s ({lo:.0f}-{hi:.0f}, {len(runs[k])} runs)"
+          f"  = {med[k] / ref:.3f} of {what}")
+for case in sorted({c for p, c, _ in med if p == "A"}):
+    for config in ("static", "dd-no-sit-out", "dd"):
+        show("A", case, config, 7 / 0.0005, "the sum x_i of the other 7")
+# B's cases are named B<batch>-nice<n>: the co-tenant's nice level on rank 1's core.
+for case in sorted({c for p, c, _ in med if p == "B"}):
+    alone = med.get(("B", case, "alone"), 0.0)
+    for config in ("alone", "static", "dd-no-sit-out", "dd"):
+        show("B", case, config, alone, "rank 0 by itself")
+    if ("B", case, "static") in med:
+        print(f"B {case:14s} dd (sitting out) over static: {med[('B', case, 'dd')] / med[('B', case, 'static')]:.2f}x")
+EOF
+echo "sit-out: every run in $out/runs.tsv, logs and summaries beside it"

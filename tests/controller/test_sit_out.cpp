@@ -1,0 +1,255 @@
+// Backup workers: a rank that is away, or that costs more than it gives, sits out; it rejoins
+// for trials, less often while they fail, and stays once it pays (src/controller/sit_out.hpp).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <vector>
+
+#include "antdt/error.hpp"
+#include "controller/controller.hpp"
+#include "controller/planner.hpp"
+#include "core/plan_rules.hpp"
+#include "synthetic.hpp"
+
+using antdt::Controller;
+using antdt::ControllerOptions;
+using antdt::Plan;
+using antdt::testing_support::SpeedAt;
+using antdt::testing_support::step_stats;
+
+namespace {
+
+constexpr std::int64_t kBatch = 64;
+
+ControllerOptions options(int backup_workers) {
+  ControllerOptions o;
+  o.policy = "dd";
+  o.global_batch = kBatch;
+  o.caps = {64};
+  o.backup_workers = backup_workers;
+  return o;
+}
+
+Controller make(const ControllerOptions& o, int world) {
+  return Controller(o,
+                    antdt::equal_plan(o.global_batch, std::vector<std::int64_t>(static_cast<std::size_t>(world), 64)));
+}
+
+// Every rank computes at x; rank `away` (if >= 0) then arrives `late` seconds after its compute
+// ended (another process held its core outside its compute window), so the others wait for it
+// at the reduction: their reduce times grow by `late`, its own stays the shortest.
+std::vector<antdt::RankStepStats> stats_with_away(const Plan& plan, const SpeedAt& x, std::int64_t step, int away,
+                                                  double late) {
+  auto stats = step_stats(plan, x, step);
+  if (away < 0 || plan.sits_out(away)) return stats;
+  for (std::size_t i = 0; i < stats.size(); ++i) {
+    if (plan.sits_out(static_cast<int>(i))) continue;
+    if (static_cast<int>(i) == away) {
+      stats[i].reduce_seconds = 1e-4;
+    } else {
+      stats[i].reduce_seconds += late;
+    }
+  }
+  return stats;
+}
+
+const SpeedAt kEqual = [](int, std::int64_t) { return 2000.0; };
+
+struct Change {
+  std::int64_t decided;
+  Plan plan;
+};
+
+// Steps [from, to) with rank `away` late by late(step); the plans issued, with their steps.
+std::vector<Change> run(Controller& c, std::int64_t from, std::int64_t to, int away,
+                        const std::function<double(std::int64_t)>& late) {
+  std::vector<Change> out;
+  for (std::int64_t s = from; s < to; ++s) {
+    if (auto p = c.on_step(s, stats_with_away(c.plan_at(s), kEqual, s, away, late(s)))) out.push_back({s, *p});
+  }
+  return out;
+}
+
+bool sits(const Plan& p, int rank) { return p.sits_out(rank); }
+
+}  // namespace
+
+// Rank 2 computes as fast as the others (16 ms a step) but arrives 50 ms late every step: no
+// split helps (its compute is not what the steps wait for), so it sits out. It rejoins for a
+// trial after the probe interval (1 s of 11 ms steps: 94 steps), is still away and sits out
+// again, and its next trial waits twice as long. Once it is back for good, its trial holds.
+TEST(SitOut, ARankTheStepsWaitForSitsOutRejoinsForTrialsAndStaysOnceItPays) {
+  Controller c = make(options(1), 3);
+  const auto away = run(c, 0, 600, 2, [](std::int64_t) { return 0.05; });
+  ASSERT_GE(away.size(), 4U);
+  // Out: warm-up (3) + persistence (5) steps of evidence, effective plan_lag + 1 later.
+  EXPECT_TRUE(sits(away[0].plan, 2)) << away[0].plan.reason;
+  EXPECT_LE(away[0].decided, 3 + 5 + 2);
+  EXPECT_EQ(away[0].plan.batch[2], 0);
+  EXPECT_EQ(away[0].plan.batch[0] + away[0].plan.batch[1], kBatch);
+  EXPECT_NE(away[0].plan.reason.find("rank 2 sits out"), std::string::npos) << away[0].plan.reason;
+  EXPECT_EQ(antdt::plan_problem(away[0].plan), "");
+  // Trials, each followed by a sit-out; the intervals double (at most kMaxLevel times).
+  std::vector<std::int64_t> out_for;
+  for (std::size_t k = 1; k + 1 < away.size(); k += 2) {
+    ASSERT_FALSE(sits(away[k].plan, 2)) << away[k].plan.reason;
+    EXPECT_NE(away[k].plan.reason.find("rejoins for a trial"), std::string::npos);
+    EXPECT_GE(away[k].plan.batch[2], 1);
+    EXPECT_TRUE(sits(away[k + 1].plan, 2)) << away[k + 1].plan.reason;
+    // In force 2 steps after it was decided (plan lag), two steps of it decide.
+    EXPECT_LE(away[k + 1].decided - away[k].decided, 2 + 2 + 1) << "the failed trial is short";
+    out_for.push_back(away[k].decided - away[k - 1].decided);
+  }
+  ASSERT_GE(out_for.size(), 2U);
+  EXPECT_GE(out_for[0], 20);  // at least a window
+  EXPECT_GT(out_for[1], out_for[0] + out_for[0] / 2) << "the second interval doubles";
+  EXPECT_EQ(c.sit_outs(), static_cast<std::int64_t>((away.size() + 1) / 2));
+  // Back for good: the next trial holds, and nothing changes for 400 steps after it.
+  const auto back = run(c, 600, 1400, -1, [](std::int64_t) { return 0.0; });
+  ASSERT_FALSE(back.empty());
+  const auto rejoin = std::find_if(back.begin(), back.end(), [](const Change& ch) { return !sits(ch.plan, 2); });
+  ASSERT_NE(rejoin, back.end());
+  for (auto it = rejoin + 1; it != back.end(); ++it) EXPECT_FALSE(sits(it->plan, 2)) << it->plan.reason;
+  EXPECT_FALSE(c.plan().sits_out(2));
+}
+
+// --rejoin-after sets the probe interval: the steps between a rank's sit-out and its first trial
+// follow it (1 s of steps by default, 3 s here), and the rank is out no longer than that.
+TEST(SitOut, RejoinAfterSetsTheProbeInterval) {
+  const auto first_interval = [](double rejoin_after) {
+    ControllerOptions o = options(1);
+    o.rejoin_after = rejoin_after;
+    Controller c = make(o, 3);
+    const auto away = run(c, 0, 1500, 2, [](std::int64_t) { return 0.05; });
+    EXPECT_GE(away.size(), 2U);
+    if (away.size() < 2) return std::int64_t{0};
+    EXPECT_TRUE(sits(away[0].plan, 2));
+    EXPECT_FALSE(sits(away[1].plan, 2)) << away[1].plan.reason;
+    return away[1].decided - away[0].decided;
+  };
+  const std::int64_t one = first_interval(1.0);
+  const std::int64_t three = first_interval(3.0);
+  EXPECT_GE(one, 20);
+  EXPECT_NEAR(static_cast<double>(three) / static_cast<double>(one), 3.0, 0.3) << one << " and " << three << " steps";
+  ControllerOptions bad = options(1);
+  bad.rejoin_after = 0.0;
+  EXPECT_THROW(make(bad, 3), antdt::UsageError);
+}
+
+// The limits: backup workers 0 turns it off; rank 0 (the coordinator's) never sits out; no
+// more ranks sit out at once than backup workers allow.
+TEST(SitOut, NoneWithoutBackupWorkersNeverRankZeroAndNoMoreThanAllowed) {
+  const auto late = [](std::int64_t) { return 0.05; };
+  Controller off = make(options(0), 3);
+  for (const auto& ch : run(off, 0, 300, 2, late)) EXPECT_TRUE(ch.plan.sitting.empty()) << ch.plan.reason;
+  Controller zero = make(options(2), 3);
+  for (const auto& ch : run(zero, 0, 300, 0, late)) EXPECT_TRUE(ch.plan.sitting.empty()) << ch.plan.reason;
+  // Ranks 1 and 2 both away, alternately: one backup worker lets one sit out at a time.
+  Controller one = make(options(1), 4);
+  for (std::int64_t s = 0; s < 300; ++s) {
+    const int away = 1 + static_cast<int>(s % 2);
+    if (auto p = one.on_step(s, stats_with_away(one.plan_at(s), kEqual, s, away, 0.05))) {
+      EXPECT_LE(p->sitting.size(), 1U) << p->reason;
+    }
+  }
+}
+
+// A device at 0.02 of the others' speed: dd gives it one sample, which still takes longer than
+// the others' shares (B 64 on 8 ranks: 9 samples at 1 ms against 1 at 50 ms); it sits out and
+// the other 7 share B by their speeds.
+TEST(SitOut, ASlowDeviceThatCostsMoreThanItGivesSitsOut) {
+  Controller c = make(options(1), 8);
+  const SpeedAt speeds = [](int rank, std::int64_t) { return rank == 7 ? 20.0 : 1000.0; };
+  std::optional<Plan> out;
+  for (std::int64_t s = 0; s < 60 && !out; ++s) {
+    if (auto p = c.on_step(s, step_stats(c.plan_at(s), speeds, s)); p && p->sits_out(7)) out = p;
+  }
+  ASSERT_TRUE(out.has_value());
+  EXPECT_EQ(out->sitting, std::vector<std::int32_t>{7});
+  EXPECT_EQ(out->batch[7], 0);
+  for (int i = 0; i < 7; ++i) EXPECT_GE(out->batch[static_cast<std::size_t>(i)], 9) << i;
+  EXPECT_EQ(std::accumulate(out->batch.begin(), out->batch.end(), std::int64_t{0}), kBatch);
+  // A slow device given fewer samples than the others' step takes is no reason: 0.5 x speed.
+  Controller half = make(options(1), 8);
+  const SpeedAt half_speed = [](int rank, std::int64_t) { return rank == 7 ? 500.0 : 1000.0; };
+  for (std::int64_t s = 0; s < 200; ++s) {
+    if (auto p = half.on_step(s, step_stats(half.plan_at(s), half_speed, s))) {
+      EXPECT_TRUE(p->sitting.empty()) << p->reason;
+    }
+  }
+}
+
+// The sit-out's state is in the controller's checkpoint: a restored controller decides the
+// same plans as one that never stopped (the plan in force lists the sitting rank).
+TEST(SitOut, RestoreContinuesExactly) {
+  const auto late = [](std::int64_t) { return 0.05; };
+  Controller a = make(options(1), 3);
+  (void)run(a, 0, 120, 2, late);
+  ASSERT_TRUE(a.plan().sits_out(2));
+  const auto bytes = a.serialize();
+  Controller b = Controller::restore(bytes, options(1));
+  const auto from_a = run(a, 120, 400, 2, late);
+  const auto from_b = run(b, 120, 400, 2, late);
+  ASSERT_EQ(from_a.size(), from_b.size());
+  ASSERT_FALSE(from_a.empty());
+  for (std::size_t k = 0; k < from_a.size(); ++k) {
+    EXPECT_EQ(from_a[k].decided, from_b[k].decided);
+    EXPECT_EQ(from_a[k].plan.batch, from_b[k].plan.batch);
+    EXPECT_EQ(from_a[k].plan.sitting, from_b[k].plan.sitting);
+  }
+  EXPECT_EQ(a.sit_outs(), b.sit_outs());
+  EXPECT_EQ(a.rejoins(), b.rejoins());
+}
+
+// The planner over the ranks that do not sit out, and the plan's own checks.
+TEST(SitOut, PlansGiveTheRanksThatSitOutNothingAndListThem) {
+  const std::vector<double> x{100.0, 300.0, 1.0, 100.0};
+  const std::vector<std::int64_t> caps{16};
+  const std::vector<std::int32_t> sitting{2};
+  const Plan p = antdt::plan_split_without(50, x, caps, 7, {}, sitting);
+  EXPECT_EQ(p.batch, (std::vector<std::int64_t>{10, 30, 0, 10}));
+  EXPECT_EQ(p.sitting, sitting);
+  EXPECT_EQ(p.accumulation[2], 0);
+  EXPECT_EQ(p.accumulation[1], 2);
+  EXPECT_EQ(antdt::plan_problem(p), "");
+  EXPECT_DOUBLE_EQ(antdt::continuous_split_seconds_without(50, x, {}, sitting), 0.1);
+  Plan bad = p;
+  bad.sitting = {0};
+  EXPECT_NE(antdt::plan_problem(bad), "") << "rank 0 never sits out";
+  bad.sitting = {1};
+  EXPECT_NE(antdt::plan_problem(bad), "") << "a rank that sits out has no samples";
+}
+
+// A rank away at first (its lateness shows at the reduction), then held inside the reduction
+// whenever it takes part: every rank's reduce time grows by 50 ms alike, so no arrival is late
+// and the cost model sees nothing wrong. Its trials are judged as measured, by the spans of their
+// steps against the steps without it: two steps, and it sits out again, every time.
+TEST(SitOut, ATrialIsJudgedByTheStepsItTookNotByTheModel) {
+  Controller c = make(options(1), 3);
+  const auto stats_of = [&](std::int64_t s) {
+    const Plan& plan = c.plan_at(s);
+    if (s < 100) return stats_with_away(plan, kEqual, s, 2, 0.05);
+    auto stats = step_stats(plan, kEqual, s);
+    if (!plan.sits_out(2)) {
+      for (auto& r : stats) r.reduce_seconds += 0.05;
+    }
+    return stats;
+  };
+  std::vector<Change> changes;
+  for (std::int64_t s = 0; s < 900; ++s) {
+    if (auto p = c.on_step(s, stats_of(s))) changes.push_back({s, *p});
+  }
+  int trials = 0;
+  for (std::size_t k = 0; k < changes.size(); ++k) {
+    if (changes[k].plan.reason.find("rejoins for a trial") == std::string::npos) continue;
+    ++trials;
+    ASSERT_LT(k + 1, changes.size()) << "a trial that did not pay ends";
+    const Change& next = changes[k + 1];
+    EXPECT_TRUE(next.plan.sits_out(2)) << next.plan.reason;
+    EXPECT_NE(next.plan.reason.find("its trial's 2 steps took"), std::string::npos) << next.plan.reason;
+    EXPECT_LE(next.decided - changes[k].decided, 2 + 2 + 1) << next.plan.reason;
+  }
+  EXPECT_GE(trials, 2);
+}
