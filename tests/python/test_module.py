@@ -8,6 +8,7 @@ ranks. Stop: request_stop, request_checkpoint and SIGTERM. Mpi4py: beside mpi4py
 order. Stall: a stopped rank ends every rank with exit code 5. Data: antdt's HDF5 reader.
 """
 import glob
+import json
 import os
 import signal
 import subprocess
@@ -183,6 +184,60 @@ class Errors(TempDirTest):
         self.assertLess(time.time() - t0, 60, "the other ranks must not wait for the step timeout")
         self.assertIn("one: error (rank 1): KeyError: 'only rank 1 fails'", r.stderr)
         self.assertIn("Traceback", r.stderr, "a Python failure keeps its traceback")
+
+    def test_collectives_the_ranks_call_differently_are_exit_2_and_one_line(self):
+        """Issue 44, item 5: these ended in Open MPI's MPI_ERR_TRUNCATE (exit 15, no word of
+        antdt's) or, with different roots, passed silently with exit 0."""
+        for name, call, needles in (
+                ("count", "job.reduce(np.zeros(101 if job.rank == 1 else 100, np.float32))",
+                 ["Job::reduce: the ranks disagree", "rank 0: 100 float32", "rank 1: 101 float32"]),
+                ("type", "job.reduce(np.zeros(100, np.int64 if job.rank == 1 else np.float32))",
+                 ["Job::reduce", "rank 0: 100 float32", "rank 1: 100 int64"]),
+                ("bytes", "job.broadcast(np.zeros(50 if job.rank == 1 else 100, np.uint8), 0)",
+                 ["Job::broadcast", "rank 0: 100 bytes from root 0", "rank 1: 50 bytes from root 0"]),
+                ("root", "job.broadcast(np.zeros(8, np.uint8), job.rank)",
+                 ["Job::broadcast", "rank 0: 8 bytes from root 0", "rank 1: 8 bytes from root 1"])):
+            s = script(self.dir, f"mismatch-{name}.py", f"""
+                import sys, numpy as np, antdt
+                def main():
+                    job = antdt.Job(dataset_size=100, global_batch=10, steps=3, quiet=True)
+                    while job.next_step():
+                        list(job.micro_batches())
+                        {call}
+                    return job.exit_code
+                sys.exit(antdt.run_main(main, program="mismatch"))
+            """)
+            r = mpirun(2, PY, s, timeout=120)
+            with self.subTest(name):
+                self.assertOneError(r, EXIT_USAGE, "mismatch", *needles)
+
+    def test_a_rank_that_leaves_early_is_not_blamed_as_a_stalled_node(self):
+        """Issue 44, item 4: a break, a sys.exit(3) or a KeyboardInterrupt on one rank gave exit 5,
+        "stopped, hung or swapping" for that healthy rank, after the whole step timeout, and its
+        node went into antdt-restart-exclude. Now the rank says it leaves: the others stop at
+        once, naming it as having left, and no node is excluded."""
+        for name, leave in (("break", "break"), ("exit", "sys.exit(3)"), ("interrupt", "raise KeyboardInterrupt")):
+            ckpt = self.path(f"leave-{name}")
+            s = script(self.dir, f"leave-{name}.py", f"""
+                import sys, numpy as np, antdt
+                job = antdt.Job(dataset_size=1000, global_batch=10, steps=400, quiet=True, checkpoint_dir="{ckpt}",
+                                step_timeout=60)
+                while job.next_step():
+                    list(job.micro_batches())
+                    if job.rank == 1 and job.step == 3:
+                        {leave}
+                    job.reduce(np.zeros(2, np.float32))
+            """)
+            t0 = time.time()
+            r = mpirun(2, PY, s, timeout=120)
+            with self.subTest(name):
+                self.assertLess(time.time() - t0, 45, "the other rank stops at once, not after the step timeout")
+                self.assertNotEqual(r.returncode, 5, r.stderr[-3000:])
+                self.assertNotEqual(r.returncode, 0, r.stderr[-3000:])
+                self.assertIn("rank 1", r.stderr)
+                self.assertIn("left the run", r.stderr)
+                self.assertNotIn("stopped, hung or swapping", r.stderr)
+                self.assertFalse(os.path.exists(os.path.join(ckpt, "antdt-restart-exclude")), "no node is excluded")
 
     def test_a_non_finite_gradient_stops_every_rank_with_code_4(self):
         s = script(self.dir, "nan.py", """
@@ -401,6 +456,20 @@ class Stop(TempDirTest):
         for rank in (0, 1):
             self.assertIn(f"rank {rank} after 7 stopped True code 76", r.ranks[rank])
         self.assertEqual(self.checkpoints(ckpt), ["ckpt-00000007.h5"])
+        with open(ckpt + ".json") as f:  # rank 1 asked: rank 0, which writes it, says so
+            self.assertEqual(json.load(f)["stopped_by"], "")
+
+    def test_request_stop_on_one_rank_says_so(self):
+        """Issue 44, item 7: a single rank's request_stop() logged "stopped by a signal to another
+        rank"."""
+        s = script(self.dir, "stop.py", STOP_SCRIPT)
+        ckpt = self.path("one")
+        r = mpirun(1, PY, s, ckpt, "stop")
+        self.assertEqual(r.returncode, EXIT_STOPPED, r.stderr[-3000:])
+        self.assertIn("stopped by request_stop() after step 6", r.stderr)
+        self.assertNotIn("another rank", r.stderr)
+        with open(ckpt + ".json") as f:
+            self.assertEqual(json.load(f)["stopped_by"], "request_stop()")
 
     def test_request_checkpoint_takes_one_at_that_step(self):
         s = script(self.dir, "stop.py", STOP_SCRIPT)

@@ -22,7 +22,7 @@ are reduced in float32 (copied in, the mean cast back); float64 parameters are r
 model on a GPU is reduced through a host copy of the buffer.
 """
 
-import io
+import json
 
 import numpy as np
 import torch
@@ -148,18 +148,93 @@ class Gradients:
                     p.grad.copy_(mean)
 
 
+_OPTIMIZER_MAGIC = b"antdt-optimizer 1\n"
+
+
+def _encode(value, tensors):
+    """Plain data for json: a tensor becomes {"t": its index in tensors}, the rest keeps its type."""
+    if isinstance(value, torch.Tensor):
+        tensors.append(value.detach().to("cpu").contiguous())
+        return {"t": len(tensors) - 1}
+    if isinstance(value, dict):
+        return {"d": [[_encode(k, tensors), _encode(v, tensors)] for k, v in value.items()]}
+    if isinstance(value, tuple):
+        return {"tuple": [_encode(v, tensors) for v in value]}
+    if isinstance(value, list):
+        return {"list": [_encode(v, tensors) for v in value]}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return {"v": value}
+    raise UsageError(f"the optimizer's state holds a {type(value).__name__}, which a checkpoint cannot store "
+                     "(tensors, numbers, strings, lists, tuples and dicts only)")
+
+
+def _decode(node, tensors):
+    if not isinstance(node, dict) or len(node) != 1:
+        raise ValueError("malformed entry")
+    (kind, body), = node.items()
+    if kind == "t":
+        return tensors[body]
+    if kind == "d":
+        return {_decode(k, tensors): _decode(v, tensors) for k, v in body}
+    if kind == "tuple":
+        return tuple(_decode(v, tensors) for v in body)
+    if kind == "list":
+        return [_decode(v, tensors) for v in body]
+    if kind == "v" and (body is None or isinstance(body, (bool, int, float, str))):
+        return body
+    raise ValueError(f"unknown entry {kind!r}")
+
+
+def _dtype(name):
+    dtype = getattr(torch, name, None) if isinstance(name, str) else None
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"unknown dtype {name!r}")
+    return dtype
+
+
 def save_optimizer(optimizer):
-    """An optimizer's state (its moments, step counts and each group's options) as bytes,
-    through torch.save of its state_dict (parameters by position, not by address)."""
-    out = io.BytesIO()
-    torch.save(optimizer.state_dict(), out)
-    return out.getvalue()
+    """An optimizer's state (its moments, step counts and each group's options) as bytes: a json
+    header of plain data and each tensor's dtype and shape, then the tensors' raw bytes. No
+    pickle: loading it runs no code, whatever a damaged or planted checkpoint holds."""
+    tensors = []
+    tree = _encode(optimizer.state_dict(), tensors)
+    meta = [{"dtype": str(t.dtype).replace("torch.", ""), "shape": list(t.shape)} for t in tensors]
+    header = json.dumps({"state": tree, "tensors": meta}).encode()
+    raw = [t.reshape(-1).view(torch.uint8).numpy().tobytes() for t in tensors]
+    return b"".join([_OPTIMIZER_MAGIC, len(header).to_bytes(8, "little"), header, *raw])
+
+
+def _parse_optimizer(data):
+    data = bytes(data)
+    if not data.startswith(_OPTIMIZER_MAGIC):
+        raise ValueError("not antdt's optimizer format (a checkpoint of an older antdt, or damaged)")
+    at = len(_OPTIMIZER_MAGIC)
+    size = int.from_bytes(data[at:at + 8], "little")
+    at += 8
+    head = json.loads(data[at:at + size].decode())
+    at += size
+    tensors = []
+    for m in head["tensors"]:
+        dtype, shape = _dtype(m["dtype"]), [int(n) for n in m["shape"]]
+        nbytes = int(np.prod(shape, dtype=np.int64)) * torch.empty((), dtype=dtype).element_size()
+        if nbytes < 0 or at + nbytes > len(data):
+            raise ValueError("the tensors are cut short")
+        flat = torch.frombuffer(bytearray(data[at:at + nbytes]), dtype=torch.uint8) if nbytes else \
+            torch.empty(0, dtype=torch.uint8)
+        tensors.append(flat.view(dtype).reshape(shape).clone())
+        at += nbytes
+    if at != len(data):
+        raise ValueError("bytes left over after the tensors")
+    return _decode(head["state"], tensors)
 
 
 def load_optimizer(optimizer, data):
     """The state save_optimizer wrote, back into an optimizer with the same parameter groups."""
     try:
-        state = torch.load(io.BytesIO(data), map_location="cpu")
+        state = _parse_optimizer(data)
+    except (ValueError, KeyError, TypeError, IndexError, UnicodeDecodeError, RuntimeError) as e:
+        raise CheckpointError(f"the checkpoint's optimizer state cannot be read ({e})") from None
+    try:
         optimizer.load_state_dict(state)
     except (ValueError, KeyError, RuntimeError) as e:
         raise CheckpointError(f"the checkpoint's optimizer state does not fit this optimizer ({e}): resume with the "

@@ -542,10 +542,7 @@ class PyJob {
     job();
     Buffer b = writable_buffer(values, "Job.broadcast");
     const auto bytes = b.info.size * b.info.itemsize;
-    if (root < 0 || root >= job().size()) {
-      throw antdt::UsageError("Job.broadcast: root " + std::to_string(root) + " is not a rank of this job");
-    }
-    py::gil_scoped_release release;
+    py::gil_scoped_release release;  // Job::broadcast checks the root, after the ranks agree on it
     job().broadcast(std::span<std::byte>(static_cast<std::byte*>(b.info.ptr), static_cast<std::size_t>(bytes)), root);
   }
 
