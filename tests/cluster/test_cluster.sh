@@ -89,7 +89,7 @@ run_srun() {
       return 0
     fi
     cat "$D/run/attempt.log" >> "$D/run/srun.log"
-    grep -q "failed to TCP connect\|Segmentation fault" "$D/run/attempt.log" || return 1
+    grep -q "failed to TCP connect\|connect() to .* failed\|mca_btl_tcp_recv_blocking" "$D/run/attempt.log" || return 1
     echo "note: Open MPI's TCP start-up failed (attempt $attempt)"
     rm -f "$D"/run/samples-*
   done
@@ -97,8 +97,18 @@ run_srun() {
 }
 # Whether a job's output shows Open MPI's TCP start-up failure (above) and no step of the run.
 tcp_startup_failed() {
-  grep -q "failed to TCP connect\|Segmentation fault" "$1" || return 1
+  grep -q "failed to TCP connect\|connect() to .* failed\|mca_btl_tcp_recv_blocking" "$1" || return 1
   echo "note: Open MPI's TCP start-up failed in job $(basename "$1"); submitting again"
+}
+# wait_resubmitted ID: waits for job ID, which antdt.sbatch resubmitted, and requeues it once when
+# Open MPI's TCP start-up failed in it (as for the first job above); prints its final state.
+wait_resubmitted() {
+  local state
+  state=$(wait_job "$1")
+  if [ "$state" != COMPLETED ] && tcp_startup_failed "$D/run/job-$1.out" >&2; then
+    scontrol requeue "$1" >&2 && state=$(sleep 1; wait_job "$1")
+  fi
+  echo "$state"
 }
 exactly_once() { python3 "$src/tests/slurm/exactly_once.py" "$@"; }  # SAMPLES EPOCHS PREFIX...
 
@@ -142,7 +152,7 @@ kill_restart)
   grep -q "antdt: kill-restart (exit 75)" "$D/run/job-$first.out" || fail "the first job did not stop for a kill-restart"
   second=$(resubmitted "$D/run/job-$first.out")
   [ -n "$second" ] || fail "no resubmission in the first job's output"
-  [ "$(wait_job "$second")" = COMPLETED ] || fail "the resubmitted job $second did not complete"
+  [ "$(wait_resubmitted "$second")" = COMPLETED ] || fail "the resubmitted job $second did not complete"
   ckpt=$D/run/ndrestart-$first-ckpt
   [ "$(cat "$ckpt/antdt-restart-exclude")" = n2 ] || fail "the exclude file holds '$(cat "$ckpt/antdt-restart-exclude")', not n2"
   python3 - "$D/run/summary-$first-0.json" "$D/run/summary-$second-0.json" <<'PY' || fail "summary checks failed"
@@ -204,7 +214,7 @@ PY
   grep -Eq "error.*node n[134]\)" "$out" && fail "a healthy node was named"
   second=$(resubmitted "$out")
   [ -n "$second" ] || fail "no resubmission after the stall"
-  [ "$(wait_job "$second")" = COMPLETED ] || fail "the resubmitted job $second did not complete"
+  [ "$(wait_resubmitted "$second")" = COMPLETED ] || fail "the resubmitted job $second did not complete"
   ckpt=$D/run/stall-$first-ckpt
   [ "$(cat "$ckpt/antdt-restart-exclude")" = n2 ] || fail "the exclude file holds '$(cat "$ckpt/antdt-restart-exclude" 2>/dev/null)', not n2"
   python3 - "$D/run/summary-$second-0.json" $samples <<'PY' || fail "summary checks failed"

@@ -28,7 +28,7 @@ eval "$conf"
 fail() { echo "FAIL: $*"; for f in "$D"/run*/*.out "$D"/*.out "$D"/slurm/log/slurmctld.log; do [ -f "$f" ] && { echo "--- $f"; tail -40 "$f"; }; done; exit 1; }
 [ "$(sinfo -h -N -o %N | sort -u | paste -sd, -)" = "n1,n2,n3,n4" ] || fail "expected four nodes n1..n4"
 
-. "$src/tests/slurm/lib.sh"  # wait_job, tcp_startup_failed
+. "$src/tests/slurm/lib.sh"  # wait_job, wait_resubmitted, tcp_startup_failed
 export ANTDT_TRAIN="$build/apps/antdt-train" ANTDT_LOG_LEVEL=warn ANTDT_RESTART_COOLDOWN=0
 common=(--layers 8,16,4 --global-batch 60 --policy auto --virtual-device 0.001 --emulate-schedule @n2:10:0.2
         --checkpoint-every 5 --quiet)
@@ -53,7 +53,7 @@ first=$job
 grep -q "antdt: kill-restart (exit 75)" "$D/run/job-$first.out" || fail "auto did not stop the first job for a kill-restart"
 second=$(sed -n 's/^antdt: resubmitted as job \([0-9]*\).*/\1/p' "$D/run/job-$first.out")
 [ -n "$second" ] || fail "no resubmission in the first job's output"
-state=$(wait_job "$second")
+state=$(wait_resubmitted "$second" "$D/run/job-$second.out")
 [ "$state" = COMPLETED ] || fail "the resubmitted job $second ended as '$state'"
 ckpt="$D/run/autorestart-$first-ckpt"
 [ "$(cat "$ckpt/antdt-restart-exclude")" = n2 ] || fail "the exclude file holds '$(cat "$ckpt/antdt-restart-exclude")', not n2"

@@ -29,7 +29,7 @@ export ANTDT_TRAIN="$build/apps/antdt-train" ANTDT_RUN_DIR="$D/run" ANTDT_LOG_LE
 args=(--data "$D/train.h5" --layers 8,16,4 --global-batch 60 --epochs 3 --policy nd --virtual-device 0.001
       --emulate-schedule @n2:10:0.2 --checkpoint-every 5 --quiet)
 
-. "$src/tests/slurm/lib.sh"  # wait_job, tcp_startup_failed
+. "$src/tests/slurm/lib.sh"  # wait_job, wait_resubmitted, tcp_startup_failed
 
 for attempt in 1 2; do
   first=$(sbatch --parsable -N 3 --ntasks-per-node=1 -J ndrestart -o "$D/run/job-%j.out" \
@@ -42,7 +42,9 @@ done
 grep -q "antdt: kill-restart (exit 75)" "$D/run/job-$first.out" || fail "the first job did not stop for a kill-restart"
 second=$(sed -n 's/^antdt: resubmitted as job \([0-9]*\).*/\1/p' "$D/run/job-$first.out")
 [ -n "$second" ] || fail "no resubmission in the first job's output"
-state=$(wait_job "$second")
+[ "$(scontrol show job -o "$second" | grep -o 'StdOut=[^ ]*')" = "StdOut=$D/run/job-$second.out" ] ||
+  fail "the resubmitted job does not write its output beside the first's"
+state=$(wait_resubmitted "$second" "$D/run/job-$second.out")
 [ "$state" = COMPLETED ] || fail "the resubmitted job $second ended as '$state'"
 ckpt="$D/run/ndrestart-$first-ckpt"  # <job name>-<job id> of the first job, kept by the resubmission
 [ "$(cat "$ckpt/antdt-restart-exclude")" = n2 ] || fail "the exclude file holds '$(cat "$ckpt/antdt-restart-exclude")', not n2"

@@ -61,7 +61,7 @@ conf=$(ANTDT_SLURM_NODES=4 ANTDT_SLURMCTLD_PORT=6867 ANTDT_SLURMD_PORT=6870 \
        "$src/scripts/slurm/local-slurm.sh" start "$D/slurm") || { tail -20 "$D"/slurm/log/*.log; exit 1; }
 eval "$conf"
 mkdir -p "$D/run"
-cd "$D/run"  # resubmitted jobs write antdt-<id>.out here
+cd "$D/run"  # nothing should land here: each job writes NAME-<id>.out, as -o asks, resubmissions too
 fail() { echo "FAIL: $*"; for f in "$D"/run/*.out "$D"/slurm/log/slurmctld.log; do [ -f "$f" ] && { echo "--- $f"; tail -25 "$f"; }; done; exit 1; }
 export ANTDT_PROGRAM=$fake ANTDT_RUN_DIR=$D/run ANTDT_RESTART_COOLDOWN=0
 
@@ -161,9 +161,9 @@ echo "ok: Slurm's own requeue was recognised (ANTDT_TRAIN and antdt-train.sbatch
 ckpt=$D/run/chain-ckpt
 first=$(ANTDT_MAX_RESTARTS=2 submit chain 75@last,5@last,0 -N 2 --ntasks-per-node=1 "$sbatch_script")
 second=$(next_job "$first" "$D/run/chain-$first.out") || fail "the first job did not resubmit after exit 75"
-third=$(next_job "$second" "$D/run/antdt-$second.out") || fail "the second job did not resubmit after exit 5"
+third=$(next_job "$second" "$D/run/chain-$second.out") || fail "the second job did not resubmit after exit 5"
 [ "$(wait_gone "$third")" = COMPLETED ] || fail "the third job did not complete"
-grep -q "a rank stalled (exit 5); this job's nodes to leave out: [a-z0-9]" "$D/run/antdt-$second.out" ||
+grep -q "a rank stalled (exit 5); this job's nodes to leave out: [a-z0-9]" "$D/run/chain-$second.out" ||
   fail "the stall's node was not named"
 python3 - "$ckpt" "$first" "$second" "$third" <<'PY' || fail "the resubmissions did not leave out the named nodes"
 import collections, sys
@@ -185,7 +185,7 @@ echo "ok: exit 75 and 5 each resubmitted without the named nodes"
 first=$(ANTDT_MAX_RESTARTS=1 submit budget 5@last,5@last,0 -N 2 --ntasks-per-node=1 "$sbatch_script")
 second=$(next_job "$first" "$D/run/budget-$first.out") || fail "the first stalled job did not resubmit"
 [ "$(wait_gone "$second")" = FAILED ] || fail "the second stall, past the budget, did not end the run"
-grep -q "1 resubmissions already (ANTDT_MAX_RESTARTS=1): not resubmitting" "$D/run/antdt-$second.out" ||
+grep -q "1 resubmissions already (ANTDT_MAX_RESTARTS=1): not resubmitting" "$D/run/budget-$second.out" ||
   fail "no word of the spent budget"
 echo "ok: the budget ended the run"
 echo "PASS"
