@@ -189,9 +189,25 @@ void check_memory(const TrainOptions& o, const std::vector<std::int64_t>& layers
   const std::uint64_t need = model_bytes(o, layers);
   if (available > 0 && need > available) {
     const auto gib = [](std::uint64_t b) { return std::to_string(static_cast<double>(b) / (1 << 30)).substr(0, 6); };
-    throw UsageError("the model " + std::string(o.layers.empty() ? "(--hidden)" : "(--layers)") + " needs about " +
-                     gib(need) + " GiB of memory (parameters, gradients, optimizer state) but this node has " +
-                     gib(available) + " GiB available; give smaller layers");
+    std::string shape;
+    for (const auto width : layers) shape += (shape.empty() ? "" : ",") + std::to_string(width);
+    // The input and output widths come from the data: a huge one is more likely a damaged
+    // label or feature count than a model someone meant.
+    const auto widest_but = [&](std::size_t skip) {
+      std::int64_t w = 0;
+      for (std::size_t i = 0; i < layers.size(); ++i) w = i == skip ? w : std::max(w, layers[i]);
+      return w;
+    };
+    std::string why = "give smaller layers";
+    if (layers.size() >= 2 && layers.back() > widest_but(layers.size() - 1)) {
+      why = "its output layer has " + std::to_string(layers.back()) +
+            " classes, 1 + the largest label of --data (or its labels' num_classes attribute): check the labels";
+    } else if (layers.size() >= 2 && layers.front() > widest_but(0)) {
+      why = "its input layer has the " + std::to_string(layers.front()) + " features of a sample of --data";
+    }
+    throw UsageError("the model " + shape + " " + std::string(o.layers.empty() ? "(--hidden)" : "(--layers)") +
+                     " needs about " + gib(need) + " GiB of memory (parameters, gradients, optimizer state) but this " +
+                     "node has " + gib(available) + " GiB available; " + why);
   }
 }
 
@@ -208,9 +224,11 @@ std::unique_ptr<Model> build_model(const TrainOptions& o, const std::vector<std:
   return make_mlp(mc, device);
 }
 
-Reduction make_reduction(const TrainOptions& o, const Session& session, Model& model, const DeviceInfo& device) {
+Reduction make_reduction(const TrainOptions& o, Session& session, Model& model, const DeviceInfo& device) {
   Reduction r;
   r.reducer = make_reducer(session.comm(), device);
+  // The MPI reducer follows the ranks that take part (Session::comm()); NCCL keeps its own.
+  if (r.reducer->name() != "mpi") session.keep_every_rank();
   r.buckets = model.gradient_buckets();
   // auto leaves emulated stragglers alone: their stretch is a wait after compute, which an
   // overlapped reduction would hide more fully than a really slower device's backward could.
@@ -263,7 +281,11 @@ int run(TrainOptions& o, std::chrono::steady_clock::time_point started) {
   const LaunchInfo launch = discover_launch(MPI_COMM_WORLD);
   int world = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &world);
-  detail::agree(MPI_COMM_WORLD, [&] { validate(o, world); });
+  detail::agree(MPI_COMM_WORLD, [&] {
+    validate(o, world);
+    // The level before anything logs: the device line comes before the Job that sets it too.
+    if (!o.job.output.log_level.empty()) log::set_level(log::parse_level(o.job.output.log_level));
+  });
   // Every output is checked before anything is read or trained: a run must not end by failing
   // to write what it was run for.
   o.job.inputs = {{"--data", o.data}, {"--eval-data", o.eval_data}};

@@ -15,6 +15,7 @@ packages=(
   slurm-wlm munge
   python3 clang-format
   python3-matplotlib  # the plots of perf/studies
+  stress-ng           # perf/controller/sit-out.sh: a co-tenant on a rank's core (CPU, nice levels)
   iproute2            # the tests' cluster of network namespaces (ip netns, veth, tc)
   ccache              # scripts/test.sh compiles through it: CI's later builds reuse its objects
   # The framework adapters (docs/torch.md, docs/python.md): libtorch (PyTorch's C++ API, CPU) and
@@ -41,6 +42,6 @@ SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
-# Never the serial libhdf5-dev: it can shadow the parallel HDF5 (see docs/build.md).
+# Never the serial libhdf5-dev: it can shadow the parallel HDF5 (docs/testing.md, "Dependencies").
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 echo "install-deps: done"

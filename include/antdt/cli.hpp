@@ -23,6 +23,8 @@
 #include <cstdio>
 #include <iterator>
 #include <limits>
+#include <map>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <type_traits>
@@ -161,9 +163,25 @@ class StrictConfig : public CLI::ConfigTOML {
     return best;
   }
 
+ public:
+  // Where the config file set `key` ("config file 'F', line N"), or "" when it did not.
+  [[nodiscard]] std::string where(const std::string& key) const {
+    const auto it = lines_.find(key);
+    return it == lines_.end() ? std::string() : "config file '" + file_ + "', line " + std::to_string(it->second);
+  }
+  // The keys the config file set.
+  [[nodiscard]] std::vector<std::string> keys_set() const {
+    std::vector<std::string> out;
+    for (const auto& [key, line] : lines_) out.push_back(key);
+    return out;
+  }
+
+ private:
   void check(const std::string& text) const {
     const CLI::Option* config = app_.get_config_ptr();
     const std::string file = config != nullptr && config->count() > 0 ? config->as<std::string>() : "--config";
+    file_ = file;
+    lines_.clear();
     const auto known = keys();
     std::istringstream lines(text);
     std::string raw;
@@ -206,17 +224,50 @@ class StrictConfig : public CLI::ConfigTOML {
         fail("unknown key '" + key + "'" + (near.empty() ? "" : " (did you mean '" + near + "'?)") +
              "; the keys are the long option names of --help");
       }
+      if (const auto seen = lines_.find(key); seen != lines_.end()) {
+        fail("'" + key + "' is set twice (here and on line " + std::to_string(seen->second) + "); keep one");
+      }
+      lines_[key] = number;
       const std::string value = trim(line.substr(eq + 1));
       in_list = !value.empty() && value.front() == '[' && value.back() != ']';
     }
   }
 
   const CLI::App& app_;
+  mutable std::string file_;
+  mutable std::map<std::string, int> lines_;  // key -> the line that set it
 };
 
-// Installs StrictConfig as the --config reader. Call after every option is added.
-// Installs StrictConfig as the --config reader. Call after every option is added.
-inline void strict_config(CLI::App& app) { app.config_formatter(std::make_shared<StrictConfig>(app)); }
+// An option that antdt no longer has: hidden from --help, and any command line, config key or
+// environment variable that still sets it fails with one line that says it is gone and why.
+inline void gone_option(CLI::App& app, const std::string& key, const std::string& why) {
+  app.add_option_function<std::string>(
+         "--" + key,
+         [key, why](const std::string&) {
+           throw CLI::ValidationError("--" + key + " is gone: " + why + "; leave it out");
+         },
+         "Gone: " + why)
+      ->group("");
+}
+
+// Installs StrictConfig as the --config reader, and returns it. Call after every option is added.
+inline std::shared_ptr<StrictConfig> strict_config(CLI::App& app) {
+  auto reader = std::make_shared<StrictConfig>(app);
+  app.config_formatter(reader);
+  return reader;
+}
+
+// A bad value that came from the config file: where it was set, to add to CLI11's message
+// (which names the option only). "" when no key the file set is named in `message`.
+inline std::string config_place(const StrictConfig& reader, const std::string& message) {
+  for (const auto& key : reader.keys_set()) {
+    if (message.find("--" + key + ":") != std::string::npos || message.find("--" + key + " ") != std::string::npos ||
+        message.find(" " + key + ":") != std::string::npos) {
+      return reader.where(key);
+    }
+  }
+  return {};
+}
 
 // Gives every long option without an environment variable one: --global-batch ->
 // ANTDT_GLOBAL_BATCH. Call after all options are added.
@@ -283,21 +334,19 @@ inline void add_job_options(CLI::App& app, JobOptions& o) {
       ->group(sched)
       ->check(at_least<std::int64_t>(0))
       ->capture_default_str();
-  last(app.add_option("--shard-size", s.shard_size, "DDS shard length in samples (0: about 10 micro-batches)"))
+  last(app.add_option("--shard-size", s.shard_size,
+                      "DDS shard length in samples. 0: the whole data set, each epoch a full shuffle (with "
+                      "--no-shuffle-within-shard: 10 global batches); N: shard-local order, reads near each other"))
       ->group(sched)
       ->check(at_least<std::int64_t>(0))
       ->capture_default_str();
   last(app.add_option("--data-seed", s.seed, "Seed of each epoch's sample order"))->group(sched)->capture_default_str();
   last(app.add_flag("--shuffle-within-shard,!--no-shuffle-within-shard", s.shuffle_within_shard,
-                    "Also shuffle the order of the samples inside each shard (off: contiguous reads within a shard)"))
+                    "Also shuffle the order of the samples inside each shard (off: contiguous reads within a shard, "
+                    "and shards of 10 global batches by default)"))
       ->group(sched)
       ->capture_default_str();
-  last(app.add_option(
-           "--prefetch-steps", s.prefetch_steps,
-           "No effect (every rank computes its steps from the data order); kept so that older command lines parse"))
-      ->group(sched)
-      ->check(in_range<int>(1, 64))
-      ->capture_default_str();
+  cli::gone_option(app, "prefetch-steps", "it has had no effect since batches became positional");
   last(app.add_option("--reply-lag", s.reply_lag,
                       "Steps a rank runs ahead of rank 0's decision: 1 (rank 0 decides a step while the ranks "
                       "compute the next; plans apply a step later) or 0 (every rank waits for each decision)"))
@@ -318,8 +367,11 @@ inline void add_job_options(CLI::App& app, JobOptions& o) {
       ->check(CLI::IsMember(policies))
       ->capture_default_str();
   last(app.add_option("--backup-workers", s.backup_workers,
-                      "nd: ranks a step may do without; each rank may claim up to P/(P-b) times its share, so any "
-                      "P-b ranks can do the step's B samples (0 to ranks-1; default 1, or 0 on a single rank)"))
+                      "dd, nd, auto: ranks that may sit out at once. A rank the steps wait for beyond its compute "
+                      "(another process holds its core), or whose samples bring less than its share of the "
+                      "reduction costs, gets no samples and leaves the reduction; it rejoins for a trial after 1 s, "
+                      "then 2, 4, 8 s while it still does not pay (docs/nd.md, \"Sitting out\"). 0 turns it off "
+                      "(0 to ranks-1; default 1, or 0 on a single rank)"))
       ->group(pol)
       ->check(in_range<int>(-1, 1 << 20));
   last(app.add_option("--nd-chunks", s.chunks_per_share,
@@ -403,6 +455,12 @@ inline void add_job_options(CLI::App& app, JobOptions& o) {
                       "Steps a rank must stay slow before it counts as a persistent straggler"))
       ->group(pol)
       ->check(in_range<int>(1, 10000))
+      ->capture_default_str();
+  last(app.add_option("--rejoin-after", s.controller.rejoin_after,
+                      "Backup workers: seconds of steps before a rank that sits out rejoins for a trial; each "
+                      "failed trial doubles it, up to 8x"))
+      ->group(pol)
+      ->check(in_range<double>(0.001, 1e6))
       ->capture_default_str();
 
   const char* emu = "Straggler emulation (reports say EMULATED)";
@@ -507,8 +565,10 @@ inline void add_job_options(CLI::App& app, JobOptions& o) {
                       "Kill rank 0 with SIGKILL half-way through writing the checkpoint of this step (failure tests)"))
       ->group(test)
       ->capture_default_str();
-  last(app.add_option("--fail-at-step", o.faults.fail_at_step,
-                      "Kill --fail-rank with SIGKILL when it begins this step (failure tests)"))
+  last(
+      app.add_option("--fail-at-step", o.faults.fail_at_step,
+                     "Kill --fail-rank with SIGKILL when it begins this step (failure tests); that rank never sits out "
+                     "(--backup-workers), so that it reaches the step"))
       ->group(test)
       ->capture_default_str();
   last(app.add_option("--fail-rank", o.faults.fail_rank, "Rank killed by --fail-at-step"))
@@ -523,7 +583,8 @@ inline void add_job_options(CLI::App& app, JobOptions& o) {
 inline int parse(CLI::App& app, int argc, char** argv) {
   const int rank = cli::world_rank();
   set_option_names(OptionNames::flags);  // messages name options by the flags the user typed
-  if (app.get_config_ptr() != nullptr) cli::strict_config(app);
+  std::shared_ptr<cli::StrictConfig> reader;
+  if (app.get_config_ptr() != nullptr) reader = cli::strict_config(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -536,7 +597,11 @@ inline int parse(CLI::App& app, int argc, char** argv) {
     if (rank == 0) std::puts(e.what());
     return 0;
   } catch (const CLI::ParseError& e) {
-    if (rank == 0) std::fprintf(stderr, "%s: error: %s (see --help)\n", app.get_name().c_str(), e.what());
+    const std::string place = reader ? cli::config_place(*reader, e.what()) : std::string();
+    if (rank == 0) {
+      std::fprintf(stderr, "%s: error: %s%s (see --help)\n", app.get_name().c_str(),
+                   place.empty() ? "" : (place + ": ").c_str(), e.what());
+    }
     return kExitUsage;
   } catch (const Error& e) {
     if (rank == 0) std::fprintf(stderr, "%s: error: %s\n", app.get_name().c_str(), e.what());

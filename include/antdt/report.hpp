@@ -59,6 +59,9 @@ struct RunSummary {
   double predicted_step_seconds = 0.0;  // cost model, last plan
   double measured_step_seconds = 0.0;   // median wall step time
   std::int64_t plan_changes = 0;
+  // Backup workers (docs/nd.md, "Sitting out"): how often a rank sat out, and rejoined.
+  std::int64_t sit_outs = 0;
+  std::int64_t rejoins = 0;
   std::vector<std::int64_t> final_split;
   std::int64_t duplicated_samples = 0;
   std::int64_t missing_samples = 0;

@@ -22,9 +22,12 @@ void restore_model_state(const CheckpointReader* reader, Model& model, const Com
   std::vector<float> params, state;
   std::vector<std::int64_t> steps(1, 0);
   std::vector<char> error;
-  if (comm.is_root()) {
+  if (comm.is_root() && !reader) {  // rank 0's own state to every rank (a rank that rejoins)
+    params = model.parameters();
+    state = model.optimizer_state();
+    steps[0] = model.optimizer_steps();
+  } else if (comm.is_root()) {
     try {
-      if (!reader) throw UsageError("restore_model_state: rank 0 needs a CheckpointReader");
       params = reader->floats("model/parameters", model.parameter_count());
       state = reader->floats("model/optimizer_state", static_cast<std::int64_t>(model.optimizer_state().size()));
       steps[0] = reader->int64("model/optimizer_steps");

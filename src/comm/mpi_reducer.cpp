@@ -175,25 +175,28 @@ class MpiReducer final : public GradientReducer {
  public:
   // Device buffers are staged through page-locked memory, so both copies go by DMA.
   // Collective over comm.
+  // The communicator object is read at every reduction: a Session's comm() changes when ranks
+  // sit out or rejoin (backup workers), and the reducer follows it.
   MpiReducer(const Communicator& comm, bool device_buffers)
-      : comm_(comm.get()), device_buffers_(device_buffers), staging_(PinnedAllocator<float>(device_buffers)) {
+      : comm_(&comm), device_buffers_(device_buffers), staging_(PinnedAllocator<float>(device_buffers)) {
     int mine = device_buffers ? 1 : 0;
-    detail::allreduce(&mine, &all_device_buffers_, 1, MPI_INT, MPI_MIN, comm_);
+    detail::allreduce(&mine, &all_device_buffers_, 1, MPI_INT, MPI_MIN, comm_->get());
   }
 
   [[nodiscard]] std::string_view name() const override { return "mpi"; }
 
   void allreduce_sum(float* buffer, std::int64_t count) override {
     if (count < 0) throw UsageError("allreduce_sum: negative count");
-    float* copy = send_copy(count, copy_pays(comm_, count));
+    const MPI_Comm comm = comm_->get();
+    float* copy = send_copy(count, copy_pays(comm, count));
     if (!device_buffers_) {
-      allreduce_host(comm_, buffer, count, copy);
+      allreduce_host(comm, buffer, count, copy);
       return;
     }
     staging_.resize(static_cast<std::size_t>(count));
     const std::size_t bytes = static_cast<std::size_t>(count) * sizeof(float);
     detail::copy_device_to_host(staging_.data(), buffer, bytes);
-    allreduce_host(comm_, staging_.data(), count, copy);
+    allreduce_host(comm, staging_.data(), count, copy);
     detail::copy_host_to_device(buffer, staging_.data(), bytes);
   }
 
@@ -202,9 +205,10 @@ class MpiReducer final : public GradientReducer {
     if (count < 0) throw UsageError("begin_overlapped: negative count");
     check_buckets(buckets, count);
     if (device_buffers_) staging_.resize(static_cast<std::size_t>(count));
+    const MPI_Comm comm = comm_->get();
     float* copy = send_copy(count, std::any_of(buckets.begin(), buckets.end(),
-                                               [&](const GradientBucket& b) { return copy_pays(comm_, b.count); }));
-    return std::make_unique<MpiOverlap>(comm_, buffer, count, std::move(buckets),
+                                               [&](const GradientBucket& b) { return copy_pays(comm, b.count); }));
+    return std::make_unique<MpiOverlap>(comm, buffer, count, std::move(buckets),
                                         device_buffers_ ? staging_.data() : nullptr, all_device_buffers_ == 1, copy);
   }
 
@@ -217,7 +221,7 @@ class MpiReducer final : public GradientReducer {
     return send_copy_.data();
   }
 
-  MPI_Comm comm_;  // not owned
+  const Communicator* comm_;  // not owned
   bool device_buffers_;
   int all_device_buffers_ = 0;  // 1 when every rank's are: overlapped buckets are then waited for at once
   HostVector<float> staging_;

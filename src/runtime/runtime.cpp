@@ -2,6 +2,14 @@
 
 #include <mpi.h>
 
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <thread>
+
 #include "antdt/config.hpp"
 #include "antdt/error.hpp"
 #include "core/log.hpp"
@@ -13,11 +21,67 @@
 
 namespace antdt {
 
+namespace {
+
+// Seconds MPI_Init may take: ANTDT_STARTUP_TIMEOUT (default 300; 0: no bound).
+double startup_timeout_seconds() {
+  const char* text = std::getenv("ANTDT_STARTUP_TIMEOUT");
+  if (text == nullptr || *text == '\0') return 300.0;
+  char* end = nullptr;
+  const double s = std::strtod(text, &end);
+  if (end == text || *end != '\0' || !(s >= 0.0)) {
+    std::fprintf(stderr, "antdt: ignoring ANTDT_STARTUP_TIMEOUT=%s (give seconds, 0 for no bound)\n", text);
+    return 300.0;
+  }
+  return s;
+}
+
+// A rank that never reaches MPI_Init (stopped, or its program ended before it) holds every other
+// rank's MPI_Init for good, and no Guard exists before MPI does (docs/errors.md, "Start-up").
+// This thread bounds the wait: past the timeout it says so and ends this rank (exit 1), which
+// makes the launcher end the job. It calls no MPI.
+class StartupWatchdog {
+ public:
+  explicit StartupWatchdog(double seconds) {
+    if (seconds <= 0.0) return;
+    thread_ = std::thread([this, seconds] {
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (cv_.wait_for(lock, std::chrono::duration<double>(seconds), [this] { return done_; })) return;
+      std::fprintf(stderr,
+                   "antdt: error: MPI start-up has not completed in %g s (ANTDT_STARTUP_TIMEOUT): a rank of this job "
+                   "has not started (stopped, or its program ended before MPI_Init); ending this rank\n",
+                   seconds);
+      std::fflush(stderr);
+      std::_Exit(1);
+    });
+  }
+  ~StartupWatchdog() {
+    if (!thread_.joinable()) return;
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  StartupWatchdog(const StartupWatchdog&) = delete;
+  StartupWatchdog& operator=(const StartupWatchdog&) = delete;
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
+}  // namespace
+
 Environment::Environment(int& argc, char**& argv) {
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized) {
     int provided = 0;
+    const StartupWatchdog watchdog(startup_timeout_seconds());
     // FUNNELED: only the main thread calls MPI; helper threads never do.
     ANTDT_CHECK_MPI(MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided));
     owns_mpi_ = true;

@@ -4,11 +4,15 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "antdt/error.hpp"
+#include "core/error_kind.hpp"
 #include "transport/comm.hpp"
 #include "transport/guard.hpp"
 
@@ -55,6 +59,74 @@ inline std::vector<std::string> gather_strings(const Communicator& comm, const s
   for (int r = 0; comm.is_root() && r < comm.size(); ++r)
     out.emplace_back(all.data() + static_cast<std::size_t>(r) * kWidth);
   return out;
+}
+
+// An in-place all-reduce of `count` elements of `type` (`element_bytes` each), in pieces of at
+// most `piece` (2^30) elements: MPI counts are ints, and a cast of a larger count wraps.
+inline void allreduce_in_place(void* buffer, std::int64_t count, MPI_Datatype type, std::size_t element_bytes,
+                               MPI_Op op, MPI_Comm comm, std::int64_t piece = std::int64_t{1} << 30) {
+  const std::int64_t kPiece = piece < 1 ? 1 : piece;
+  auto* bytes = static_cast<std::byte*>(buffer);
+  for (std::int64_t done = 0; done < count;) {
+    const std::int64_t n = count - done < kPiece ? count - done : kPiece;
+    allreduce(MPI_IN_PLACE, bytes + static_cast<std::size_t>(done) * element_bytes, static_cast<int>(n), type, op,
+              comm);
+    done += n;
+  }
+}
+
+// What one rank passes to a collective that the program asked for (Job::reduce, ::broadcast).
+struct CallShape {
+  enum class Type : std::int64_t { bytes = 0, float32 = 1, int64 = 2, device_float32 = 3 };
+  Type type = Type::bytes;
+  std::int64_t count = 0;  // elements
+  std::int64_t root = -1;  // a broadcast's root; -1 for a reduction
+};
+
+// Checks, before such a collective, that every rank of `comm` passes the same shape: one
+// all-reduce of the fields' maxima and minima. A mismatch would otherwise end the job in MPI
+// (MPI_ERR_TRUNCATE, exit 15, no word of which call) or pass unseen (a broadcast whose ranks
+// name different roots); here it is a UsageError on every rank (rank 0 says it) naming the call
+// and what each rank passed: "Job::reduce: the ranks disagree: rank 0: 100 float32; rank 1:
+// 101 float32". `rank` is this process's rank as the program knows it.
+inline void agree_on_call(MPI_Comm comm, const std::string& call, const CallShape& mine, int rank) {
+  const std::int64_t fields[3] = {static_cast<std::int64_t>(mine.type), mine.count, mine.root};
+  std::int64_t extremes[6];
+  for (int i = 0; i < 3; ++i) {
+    extremes[2 * i] = fields[i];
+    extremes[2 * i + 1] = -fields[i];
+  }
+  allreduce(MPI_IN_PLACE, extremes, 6, MPI_INT64_T, MPI_MAX, comm);
+  bool same = true;
+  for (int i = 0; i < 3; ++i) same = same && extremes[2 * i] == -extremes[2 * i + 1];
+  if (same) return;
+  // Every rank is here: what each passed, grouped by shape, the same text on every rank.
+  const std::int64_t row[4] = {rank, fields[0], fields[1], fields[2]};
+  int size = 0;
+  int me = 0;
+  MPI_Comm_size(comm, &size);
+  MPI_Comm_rank(comm, &me);
+  std::vector<std::int64_t> rows(4 * static_cast<std::size_t>(size));
+  allgather(row, 4, MPI_INT64_T, rows.data(), comm);
+  static const char* const kTypes[] = {"bytes", "float32", "int64", "float32 on the device"};
+  std::map<std::vector<std::int64_t>, std::vector<std::int64_t>> ranks_of;  // shape -> ranks
+  for (std::size_t r = 0; r < rows.size(); r += 4) ranks_of[{rows[r + 1], rows[r + 2], rows[r + 3]}].push_back(rows[r]);
+  std::vector<std::pair<std::vector<std::int64_t>, std::vector<std::int64_t>>> groups(ranks_of.begin(), ranks_of.end());
+  std::sort(groups.begin(), groups.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+  std::string text;
+  for (const auto& [shape, ranks] : groups) {
+    text += text.empty() ? "" : "; ";
+    text += ranks.size() == 1 ? "rank " : "ranks ";
+    for (std::size_t k = 0; k < ranks.size(); ++k) text += (k ? "," : "") + std::to_string(ranks[k]);
+    const auto type = static_cast<std::size_t>(shape[0]);
+    text += ": " + std::to_string(shape[1]) + " " + (type < 4 ? kTypes[type] : "?");
+    if (shape[2] >= 0) text += " from root " + std::to_string(shape[2]);
+  }
+  throw_shared_error(ErrorKind::usage,
+                     call + ": the ranks disagree (" + text +
+                         "); every rank must make the same call at the same point, with the same size" +
+                         (mine.root >= 0 ? " and root" : " and type"),
+                     me != 0);
 }
 
 }  // namespace antdt::detail

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "antdt/error.hpp"
+#include "core/error_kind.hpp"
 #include "transport/guard.hpp"
 
 namespace antdt::detail {
@@ -65,6 +66,7 @@ ControlChannel::Received ControlChannel::exchange(std::span<const std::byte> rep
 
   Replies replies;
   std::exception_ptr root_error;
+  std::uint8_t root_error_kind = 0;  // 1 + its ErrorKind, so that every rank throws the same kind
   if (comm_->is_root()) {
     std::vector<std::span<const std::byte>> reports;
     reports.reserve(size);
@@ -76,6 +78,7 @@ ControlChannel::Received ControlChannel::exchange(std::span<const std::byte> rep
     } catch (const std::exception& e) {
       // The error travels as the shared part, so every rank throws instead of waiting.
       root_error = std::current_exception();
+      root_error_kind = static_cast<std::uint8_t>(1 + static_cast<int>(detail::error_kind(e)));
       const std::string what = e.what();
       replies = Replies{{}, std::vector<std::size_t>(size + 1, 0), {}};
       replies.shared.resize(what.size());
@@ -87,9 +90,11 @@ ControlChannel::Received ControlChannel::exchange(std::span<const std::byte> rep
     for (std::size_t r = 0; r < size; ++r) {
       std::byte* slot = slots_.data() + r * kSlotBytes;
       const std::size_t len = length_of(replies, r);
-      put_header(slot, SlotHeader{len, replies.shared.size(), static_cast<std::uint8_t>(root_error ? 1 : 0),
-                                  static_cast<std::uint8_t>(overflow ? 1 : 0)});
-      std::memcpy(slot + kHeaderBytes, replies.per_rank.data() + replies.offsets[r], std::min(len, kInline));
+      put_header(slot,
+                 SlotHeader{len, replies.shared.size(), root_error_kind, static_cast<std::uint8_t>(overflow ? 1 : 0)});
+      if (len > 0) {  // an error's replies are empty: no buffer to copy from
+        std::memcpy(slot + kHeaderBytes, replies.per_rank.data() + replies.offsets[r], std::min(len, kInline));
+      }
     }
   }
   std::vector<std::byte>& mine_slot = mine_slot_;  // a member: a scatter abandoned on a stall writes into it later
@@ -100,7 +105,9 @@ ControlChannel::Received ControlChannel::exchange(std::span<const std::byte> rep
   const SlotHeader head = get_header(mine_slot.data());
   Received out;
   out.mine.resize(head.my_length);
-  std::memcpy(out.mine.data(), mine_slot.data() + kHeaderBytes, std::min<std::size_t>(head.my_length, kInline));
+  if (head.my_length > 0) {
+    std::memcpy(out.mine.data(), mine_slot.data() + kHeaderBytes, std::min<std::size_t>(head.my_length, kInline));
+  }
   if (head.overflow != 0) scatter_overflow(replies, head.my_length, out);
   if (head.shared_length > 0) {
     out.shared = comm_->is_root() ? std::move(replies.shared) : std::vector<std::byte>(head.shared_length);
@@ -110,9 +117,18 @@ ControlChannel::Received ControlChannel::exchange(std::span<const std::byte> rep
   last_sent_ = report.size();
   last_received_ = kSlotBytes + (head.my_length > kInline ? head.my_length - kInline : 0) + head.shared_length;
   if (head.error != 0) {
-    if (root_error) std::rethrow_exception(root_error);
-    throw Error("rank 0 failed in the step's control exchange: " +
-                std::string(reinterpret_cast<const char*>(out.shared.data()), out.shared.size()));
+    if (root_error) {
+      try {
+        std::rethrow_exception(root_error);
+      } catch (Error& e) {
+        e.set_shared(true, false);  // every rank throws it: no rank need abort the others
+        throw;
+      }
+    }
+    // Rank 0's error, of its kind (a full disk there is exit 3 on every rank), heard here:
+    // rank 0 says it, once.
+    detail::throw_shared_error(static_cast<detail::ErrorKind>(head.error - 1),
+                               std::string(reinterpret_cast<const char*>(out.shared.data()), out.shared.size()), true);
   }
   return out;
 }

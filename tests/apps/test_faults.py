@@ -183,6 +183,29 @@ class StalledRank(Faults):
             self.assertLess(cpu, 0.3, "rank %d used %.2f s of CPU in 1 s of waiting" % (rank, cpu))
 
 
+    def test_a_rank_stopped_before_mpi_init_ends_the_job_within_the_startup_timeout(self):
+        """Issue 44, item 3: a rank stopped before MPI_Init held every other rank's MPI_Init for good
+        (no Guard exists before MPI does): 3 of 3 runs hung. Now the others' start-up watchdog
+        ends them after ANTDT_STARTUP_TIMEOUT, and the launcher ends the job."""
+        wrapper = self.path("stop-first.sh")
+        with open(wrapper, "w") as f:
+            f.write('#!/bin/bash\nif [ "${OMPI_COMM_WORLD_RANK:-0}" = 1 ]; then kill -STOP $$; fi\nexec "$@"\n')
+        os.chmod(wrapper, 0o755)
+        env = dict(ENV, ANTDT_STARTUP_TIMEOUT="3")
+        t0 = time.time()
+        job = subprocess.Popen(["mpirun", "-np", "3", wrapper, TRAIN, "--steps", "2", "--quiet"], env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            _, err = job.communicate(timeout=90)
+        except subprocess.TimeoutExpired:
+            os.killpg(job.pid, signal.SIGKILL)
+            self.fail("the job hung with a rank stopped before MPI_Init")
+        took = time.time() - t0
+        self.assertNotEqual(job.returncode, 0, err[-3000:])
+        self.assertLess(took, 3 + 30, "the start-up timeout and the launcher's teardown")
+        self.assertIn("MPI start-up has not completed in 3 s (ANTDT_STARTUP_TIMEOUT)", err)
+
+
 class StopSignals(Faults):
     """A signal ends the run after the step under way, with a checkpoint of it and exit code 76;
     --resume continues it with nothing lost."""

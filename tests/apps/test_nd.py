@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""The non-dedicated mode (--policy nd) end to end, run by ctest: pooled steps with backup
-workers under transient slowdowns (virtual device), and kill-restart.
+"""The non-dedicated mode (--policy nd) end to end, run by ctest: pooled steps
+under transient slowdowns (virtual device), and kill-restart.
 
     python3 test_nd.py BUILD_DIR SOURCE_DIR [unittest args]
 """
@@ -46,7 +46,7 @@ class Data(unittest.TestCase):
         return ["--data", self.train, "--layers", "8,16,4", "--quiet"]
 
 
-class BackupWorkers(Data):
+class PooledSteps(Data):
     def run_policy(self, policy, *extra):
         js, met = os.path.join(self.dir, f"{policy}.json"), os.path.join(self.dir, f"{policy}.csv")
         r = mpirun(5, *self.base(), "--global-batch", "100", "--epochs", "3", "--policy", policy,

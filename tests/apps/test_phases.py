@@ -130,6 +130,9 @@ class Phases(unittest.TestCase):
     def test_checkpoint_the_writer(self):
         lines = self.stall("checkpoint:0:5", 0)
         self.assertTrue(all("rank 0 stalled" in l for l in lines), lines)
+        # Issue 44, item 7: every other rank found it and each printed a line; rank 1 says it.
+        self.assertEqual(len(lines), 1, lines)
+        self.assertIn("error (rank 1): rank 1 waited", lines[0])
 
     def test_resume(self):
         self.stall("resume:2", 2, resume=True)

@@ -10,16 +10,19 @@ ran environment values as code, and a model whose widths had to restate the data
 tiny (a few steps on 1200 samples); tests that need a full or read-only file system mount a
 64 KiB tmpfs and skip, saying why, where that is not allowed.
 """
+import collections
 import fcntl
 import glob
 import hashlib
 import json
 import os
+import random
 import re
 import shutil
 import signal
 import struct
 import subprocess
+import sys
 import tempfile
 import time
 import unittest
@@ -45,6 +48,13 @@ def error_lines(stderr):
 def features_offset(path):
     """Byte offset of the contiguous /features data set, from h5dump's storage layout."""
     out = subprocess.run(["h5dump", "-p", "-H", "-d", "/features", path], capture_output=True, text=True,
+                         check=True).stdout
+    return int(re.search(r"OFFSET (\d+)", out).group(1))
+
+
+def labels_offset(path):
+    """Byte offset of the contiguous /labels data set (int32), from h5dump's storage layout."""
+    out = subprocess.run(["h5dump", "-p", "-H", "-d", "/labels", path], capture_output=True, text=True,
                          check=True).stdout
     return int(re.search(r"OFFSET (\d+)", out).group(1))
 
@@ -369,6 +379,39 @@ class EarlyChecks(Workdir):
                              f"{option}: no 0-byte file is left")
 
 
+    def test_metrics_on_a_nearly_full_disk_leave_no_torn_line(self):
+        """Issue 44, item 6: a full disk took part of the last buffer, and the metrics file ended in
+        half a row. Now it is cut back to its last whole row."""
+        m = self.mount("nearly-full")
+        m.fill()
+        os.remove(os.path.join(m.path, "filler2"))
+        filler = os.path.join(m.path, "filler")
+        os.truncate(filler, max(0, os.path.getsize(filler) - 8192))  # two pages left
+        met = os.path.join(m.path, "m.csv")
+        r = mpirun(2, *self.base(), "--steps", 400, "--metrics", met)
+        self.assertEqual(r.returncode, 3, r.stderr[-2000:])
+        self.assert_one_error(r, 3, "m.csv", "No space left on device")
+        with open(met) as f:
+            text = f.read()
+        self.assertTrue(text.endswith("\n"), f"the last line is whole: ...{text[-200:]!r}")
+        lines = text.splitlines()
+        self.assertGreater(len(lines), 20, "the rows that fitted are kept")
+        for line in lines:
+            self.assertEqual(line.count(","), 11, f"a whole row: {line!r}")
+
+    def test_an_output_naming_the_checkpoint_directory_fails_before_training(self):
+        """Issue 44, item 6: --summary-json naming the checkpoint directory (made when training
+        starts) trained to the end, then failed with exit 3."""
+        ck = self.path("ck-as-output")
+        for option in ("--summary-json", "--metrics"):
+            for given in (ck, ck + "/"):
+                met = self.path("before.csv")
+                extra = ["--metrics", met] if option != "--metrics" else []
+                r = mpirun(2, *self.base(), "--steps", 20, "--checkpoint-dir", ck, option, given, *extra)
+                self.assert_one_error(r, 2, option, "is the --checkpoint-dir")
+                self.assertFalse(os.path.exists(met) and self.metrics_rows(met) > 0, "no step was trained")
+
+
 class ConfigFile(Workdir):
     """Defect 7: a misspelt key, a line without '=' or a broken [section were ignored."""
 
@@ -387,6 +430,32 @@ class ConfigFile(Workdir):
             cfg = self.config(name, text)
             r = mpirun(2, "--config", cfg)
             self.assert_one_error(r, 2, name, *needles)
+
+    def test_a_bad_value_or_a_duplicate_key_names_the_file_and_line(self):
+        """Issue 44, item 7: these named no file or line, and a duplicate read "'64,32' is not
+        a number" (CLI11 joined the two values)."""
+        cfg = self.config("dup.toml", "global-batch = 64\nglobal-batch = 32\n")
+        self.assert_one_error(mpirun(2, "--config", cfg), 2, "dup.toml", "line 6", "'global-batch' is set twice",
+                              "line 5")
+        cfg = self.config("badvalue.toml", "global-batch = \"sixty\"\n")
+        self.assert_one_error(mpirun(2, "--config", cfg), 2, "badvalue.toml", "line 5", "--global-batch",
+                              "'sixty' is not a number")
+        r = mpirun(2, "--config", cfg, "--global-batch", 64)  # the command line's value wins
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+
+    def test_a_removed_option_fails_with_one_line_saying_it_is_gone(self):
+        """--prefetch-steps did nothing and is gone: on the command line, in a config file or
+        from the environment it ends the run with one line (exit 2); --help no longer lists it."""
+        cfg = self.config("gone.toml", "prefetch-steps = 2\n")
+        for args, env in ((["--prefetch-steps", 2], None), (["--config", cfg], None),
+                          ([], dict(ENV, ANTDT_PREFETCH_STEPS="2"))):
+            with self.subTest(args=args, env=env is not None):
+                r = run([TRAIN, *self.base(), "--steps", 1, *args], env=env)
+                self.assert_one_error(r, 2, "--prefetch-steps is gone", "positional")
+        self.assertNotIn("prefetch", run([TRAIN, "--help"]).stdout)
+        r = run([os.path.join(BUILD, "apps", "antdt-sim"), "--prefetch-steps", 2])
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--prefetch-steps is gone", r.stderr)
 
     def test_a_good_file_still_runs(self):
         js = self.path("cfg.json")
@@ -415,8 +484,34 @@ class Messages(Workdir):
     """Defect 9: 300-digit ranges, one line per rank plus an abort banner, shape mismatches
     without the widths, truncated files not called truncated, eval errors without the file."""
 
+    def test_a_huge_label_is_named_as_the_cause_of_a_huge_model(self):
+        """Issue 44, item 7: a label of 2,000,000,000 was reported as "the model (--hidden) needs
+        9082 GiB", which sent a user to the layers rather than the labels."""
+        data = self.path("huge-label.h5")
+        r = run([DATAGEN, "-o", data, "--samples", 200, "--dim", 8, "--classes", 4, "--seed", 3])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        offset = labels_offset(data)
+        with open(data, "r+b") as f:
+            raw = bytearray(f.read())
+            # No num_classes attribute (as in the probe's file): the largest label sets the classes.
+            at = raw.find(b"num_classes")
+            self.assertGreater(at, 0, "antdt-datagen writes the attribute")
+            raw[at:at + 11] = b"antdt_other"
+            raw[offset + 7 * 4:offset + 8 * 4] = struct.pack("<i", 2_000_000_000)
+            f.seek(0)
+            f.write(raw)
+        r = run([TRAIN, "--data", data, "--hidden", 16, "--steps", 2, "--global-batch", 64])
+        self.assert_one_error(r, 2, "8,16,2000000001", "2000000001 classes", "largest label", "check the labels")
+
+    def test_log_level_error_prints_no_info_line(self):
+        """Issue 44, item 7: --log-level error still printed the "device:" line, logged before the
+        level was set."""
+        r = mpirun(2, *self.base(), "--steps", 2, "--log-level", "error")
+        self.assertEqual(r.returncode, 0, r.stderr[-2000:])
+        self.assertEqual([l for l in r.stderr.splitlines() if l.startswith("[antdt")], [], r.stderr[-2000:])
+
     def test_bad_numbers_print_their_real_bounds(self):
-        for args, needle in ((["--global-batch", 0], ">= 1"), (["--lr", 0], "> 0"), (["--prefetch-steps", 99], "[1, 64]"),
+        for args, needle in ((["--global-batch", 0], ">= 1"), (["--lr", 0], "> 0"), (["--reply-lag", 2], "[0, 1]"),
                              (["--checkpoint-keep", 0], "[1, 1000]"), (["--momentum", 2], "[0, 1]")):
             r = run([TRAIN, "--steps", 1, *args])
             line = self.assert_one_error(r, 2, str(args[0]), needle)
@@ -453,6 +548,88 @@ class Messages(Workdir):
         self.assertEqual(mpirun(2, *self.base(), "--steps", 2, "--checkpoint-dir", d).returncode, 0)
         r = mpirun(2, *self.base(), "--layers", "8,32,4", "--steps", 4, "--checkpoint-dir", d, "--resume")
         self.assert_one_error(r, 2, "shape", "8,16,4", "8,32,4")
+
+
+class ResumeFromDamagedCheckpoint(Workdir):
+    """A hostile probe flipped single bits in the newest checkpoint: in 2 of 34 files HDF5
+    corrupted the heap while parsing the damaged metadata, and the job fell back correctly,
+    trained to the end and then died of it (SIGSEGV in MPI at exit, or munmap_chunk() inside the
+    check itself on 1 rank). A checkpoint now carries a checksum of its bytes that is checked
+    before HDF5 opens it. Here one bit is flipped at 256 offsets spread evenly over the newest
+    checkpoint plus 64 random ones (fixed seed), each file checked by a resume's own choice of
+    checkpoint in a process of its own (antdt-checkpoint-probe), and 16 of them by a real
+    antdt-train --resume (on 1 and 2 ranks): every one falls back to the older checkpoint, none
+    crashes. With both checkpoints damaged, the resume is exit 2 and one line."""
+
+    PROBE = os.path.join(BUILD, "tests", "checkpoint", "antdt-checkpoint-probe")
+    EVEN, RANDOM, TRAINED = 256, 64, 16
+
+    def resume(self, d, np=1):
+        js = os.path.join(d, "..", os.path.basename(d) + ".json")
+        r = mpirun(np, *self.base(), "--steps", 4, "--checkpoint-every", 2, "--checkpoint-dir", d, "--resume",
+                   "--summary-json", js)
+        return r, js
+
+    def test_one_flipped_bit_anywhere_falls_back_and_never_crashes(self):
+        d = self.path("flips")
+        r = mpirun(2, *self.base(), "--steps", 4, "--checkpoint-every", 2, "--checkpoint-dir", d)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        older, newest = (os.path.join(d, n) for n in ("ckpt-00000002.h5", "ckpt-00000004.h5"))
+        self.assertTrue(os.path.exists(older) and os.path.exists(newest), os.listdir(d))
+        with open(newest, "rb") as f:
+            pristine = f.read()
+        size = len(pristine)
+        rng = random.Random(20240611)
+        flips = [(i * size // self.EVEN, rng.randrange(8)) for i in range(self.EVEN)]
+        flips += [(rng.randrange(size), rng.randrange(8)) for _ in range(self.RANDOM)]
+        flips.append((size - 1, 7))  # the very last byte
+
+        def flipped(offset, bit):
+            damaged = bytearray(pristine)
+            damaged[offset] ^= 1 << bit
+            return bytes(damaged)
+
+        outcomes = collections.Counter()
+        for offset, bit in flips:
+            with open(newest, "wb") as f:
+                f.write(flipped(offset, bit))
+            p = run([self.PROBE, d], timeout=60)
+            where = f"bit {bit} of byte {offset} of {size}: exit {p.returncode}\n{p.stderr}"
+            outcomes[p.returncode] += 1
+            self.assertEqual(p.returncode, 0, where)
+            self.assertEqual(p.stdout.strip(), older, "fell back to the older checkpoint; " + where)
+            self.assertIn("skipping invalid checkpoint", p.stderr, where)
+            self.assertIn("ckpt-00000004.h5", p.stderr, where)
+        with open(newest, "wb") as f:
+            f.write(pristine)
+        p = run([self.PROBE, d], timeout=60)
+        self.assertEqual((p.returncode, p.stdout.strip()), (0, newest), "the intact file is chosen: " + p.stderr)
+
+        # Real resumes: every 20th flip on 1 rank, a few on 2 (where the crash came at exit).
+        for n, (offset, bit) in enumerate(flips[::len(flips) // self.TRAINED][:self.TRAINED]):
+            copy = self.path(f"flip-{n}")
+            shutil.copytree(d, copy)
+            with open(os.path.join(copy, "ckpt-00000004.h5"), "wb") as f:
+                f.write(flipped(offset, bit))
+            r, js = self.resume(copy, np=2 if n % 4 == 0 else 1)
+            where = f"bit {bit} of byte {offset}: exit {r.returncode}\n{r.stderr}"
+            self.assertEqual(r.returncode, 0, where)
+            self.assertEqual(self.summary(js)["steps"], 2, "resumed at step 2, the older checkpoint; " + where)
+            self.assertIn("skipping invalid checkpoint", r.stderr, where)
+
+        # Both damaged: no checkpoint to resume from, exit 2 and one line.
+        copy = self.path("both")
+        shutil.copytree(d, copy)
+        for name, (offset, bit) in (("ckpt-00000004.h5", flips[7]), ("ckpt-00000002.h5", flips[200])):
+            path = os.path.join(copy, name)
+            with open(path, "rb") as f:
+                damaged = bytearray(f.read())
+            damaged[min(offset, len(damaged) - 1)] ^= 1 << bit
+            with open(path, "wb") as f:
+                f.write(damaged)
+        r, _ = self.resume(copy, np=2)
+        self.assert_one_error(r, 2, "ckpt-00000004.h5", "restore an older checkpoint")
+        print(f"{len(flips)} flips of a {size}-byte checkpoint, exit codes {dict(outcomes)}", file=sys.stderr)
 
 
 class DemoScript(unittest.TestCase):

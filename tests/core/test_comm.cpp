@@ -1,10 +1,13 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <cstdint>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "antdt/error.hpp"
+#include "transport/collectives.hpp"
 #include "transport/comm.hpp"
 
 using antdt::Communicator;
@@ -76,4 +79,24 @@ TEST(Errors, AllDeriveFromOneRoot) {
   EXPECT_THROW(throw antdt::UsageError("x"), antdt::Error);
   EXPECT_THROW(throw antdt::NcclError(1, "x"), antdt::Error);
   EXPECT_THROW(throw antdt::CudaError(1, "x"), antdt::Error);
+}
+
+// Issue 44, item 8: Session::reduce cast its buffer's size to int, so more than 2^31 floats
+// wrapped. It now reduces in pieces of at most 2^30 elements; here pieces of 3 and 7 over 20
+// elements (a short last piece), and a count that is a whole number of pieces, sum exactly as
+// one call does.
+TEST(Collectives, AnAllReduceInPiecesSumsEveryElement) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  for (const std::int64_t piece : {std::int64_t{3}, std::int64_t{7}, std::int64_t{5}, std::int64_t{1} << 30}) {
+    std::vector<std::int64_t> values(20);
+    for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<std::int64_t>(i) * 100 + rank;
+    antdt::detail::allreduce_in_place(values.data(), static_cast<std::int64_t>(values.size()), MPI_INT64_T,
+                                      sizeof(std::int64_t), MPI_SUM, MPI_COMM_WORLD, piece);
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      const std::int64_t expected = static_cast<std::int64_t>(i) * 100 * size + size * (size - 1) / 2;
+      ASSERT_EQ(values[i], expected) << "element " << i << ", pieces of " << piece;
+    }
+  }
 }

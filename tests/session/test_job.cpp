@@ -3,6 +3,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "antdt/error.hpp"
@@ -69,5 +70,55 @@ TEST(Job, BroadcastCarriesTheRootsBytesToEveryRank) {
     std::vector<float> g(1, 0.0f);
     job.reduce(g);
   }
+  EXPECT_EQ(job.exit_code(), 0);
+}
+
+// Issue 44, item 5: a collective the ranks call differently ended the job in MPI
+// (MPI_ERR_TRUNCATE, exit 15, no word of which call), or passed unseen (a broadcast whose ranks
+// named different roots). Now every rank throws the same UsageError naming the call and what
+// each rank passed, before anything is sent, and the job goes on when the program recovers.
+TEST(Job, MismatchedCollectivesAreOneUsageErrorNamingTheRanks) {
+  Job job(small_run());
+  if (job.size() < 2) GTEST_SKIP() << "needs 2 ranks or more";
+  const bool last = job.rank() == job.size() - 1;
+  const auto message_of = [](const auto& call) -> std::string {
+    try {
+      call();
+    } catch (const UsageError& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  const auto expect_parts = [](const std::string& message, std::initializer_list<const char*> parts) {
+    for (const char* part : parts) EXPECT_NE(message.find(part), std::string::npos) << part << " in: " << message;
+  };
+  const std::string tail = "rank " + std::to_string(job.size() - 1) + ": ";
+
+  std::vector<std::byte> bytes(last ? 50 : 100);
+  expect_parts(
+      message_of([&] { job.broadcast(bytes, 0); }),
+      {"Job::broadcast: the ranks disagree", "100 bytes from root 0", (tail + "50 bytes from root 0").c_str()});
+  std::vector<std::byte> eight(8);
+  expect_parts(message_of([&] { job.broadcast(eight, last ? 1 : 0); }),
+               {"Job::broadcast", "8 bytes from root 0", (tail + "8 bytes from root 1").c_str(), "same size and root"});
+  job.broadcast(eight, 0);  // the same call on every rank still works
+
+  std::int64_t steps = 0;
+  while (job.next_step()) {
+    for (auto batch = job.next_micro_batch(); !batch.empty(); batch = job.next_micro_batch()) {
+    }
+    if (steps++ == 0) {
+      std::vector<float> g(last ? 101 : 100, 0.0f);
+      expect_parts(message_of([&] { job.reduce(g); }),
+                   {"Job::reduce: the ranks disagree", ": 100 float32", (tail + "101 float32").c_str()});
+      std::vector<float> f(100, 0.0f);
+      std::vector<std::int64_t> i(100, 0);
+      expect_parts(message_of([&] { last ? job.reduce(i) : job.reduce(f); }),
+                   {"Job::reduce", ": 100 float32", (tail + "100 int64").c_str(), "same size and type"});
+    }
+    std::vector<float> g(100, 1.0f);
+    EXPECT_EQ(job.reduce(g), 8);
+  }
+  EXPECT_EQ(steps, 3);
   EXPECT_EQ(job.exit_code(), 0);
 }

@@ -615,9 +615,8 @@ TEST(TorchExact, SameParametersUnderStaticDdAndNd) {
   // Plain libtorch in one process: the same initial model and SGD, replaying those steps. A mean
   // loss divides by the step's count before backward, antdt divides the reduced gradient sum
   // after it: the same maths with other roundings, which 30 steps of SGD with momentum amplify
-  // (on one CPU, 4e-4 between these two plain loops). So antdt is held to 1e-5 of the plain loop
-  // that divides where it does, and to the plain mean-loss loop no farther than the two plain
-  // loops are from each other.
+  // (4e-4 between these two plain loops on one CPU, 7e-3 on another). So antdt is held to 1e-5
+  // of one of the plain loops, and to the other no farther than the two are from each other.
   const torch::Device device = test_device();
   auto data = antdt::data::make_digit_images({.samples = kExactSamples, .classes = 10, .size = 28, .seed = 5});
   antdt::TorchDataset images(data, {}, device);
@@ -660,8 +659,12 @@ TEST(TorchExact, SameParametersUnderStaticDdAndNd) {
         "mean-loss loop)\n",
         names[i], world_size(), to_static, to_plain, to_mean);
     EXPECT_LE(to_static, 1e-5) << names[i];
-    EXPECT_LE(to_plain, 1e-5) << names[i];
-    EXPECT_LE(to_mean, std::max(1e-5, 2 * plain_rounding)) << names[i];
+    // Within 1e-5 of one of the two plain loops, and of the other no farther than the two are
+    // apart. Which one antdt's roundings follow depends on the CPU's libtorch kernels: on some
+    // machines the mean-loss loop (here, 2026-12-07: 1.5e-7 of it and 7.0e-3 of the other, the
+    // two plain loops 7.0e-3 apart; before, 4e-4 apart, and antdt within 1e-5 of the other).
+    EXPECT_LE(std::min(to_plain, to_mean), 1e-5) << names[i];
+    EXPECT_LE(std::max(to_plain, to_mean), std::max(1e-5, 2 * plain_rounding)) << names[i];
   }
 }
 
