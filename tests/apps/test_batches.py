@@ -20,9 +20,10 @@ import shutil
 import statistics
 import subprocess
 import tempfile
+import time
 import unittest
 
-from harness import DATAGEN, TRAIN, read_sample_log, run
+from harness import DATAGEN, TRAIN, Mount, assert_one_error, read_sample_log, run
 
 STEPS, BATCH, SAMPLES, CLASSES = 240, 64, 2400, 10
 REL_TOLERANCE = 1e-5
@@ -206,6 +207,36 @@ class BackupWorkers(Batches):
         samples = {s: v for s, v in killed.items() if s < 100}
         samples.update(resumed)
         self.assert_same_maths(static, (params, samples), "killed at step 130 while rank 2 sat out, resumed")
+
+    def test_a_rank_that_sits_out_stops_at_once_when_rank_0_fails(self):
+        """Issue 44: rank 0 ending with an error told only the ranks in the steps, which share the
+        error anyway; a rank that sat out waited for a word to rejoin until its step timeout, and
+        then blamed rank 0 as stalled. Rank 0 now tells it. Here rank 0's metrics fill a small
+        disk while rank 2 sits out: every rank ends with rank 0's error (exit 3, one line), well
+        within the step timeout of 60 s, and no rank is called stalled."""
+        m = Mount(os.path.join(self.dir, "sit-full"))
+        if not m.ok:
+            self.skipTest("no tmpfs for a full disk: " + m.why)
+        self.addCleanup(m.close)
+        m.fill()
+        os.remove(os.path.join(m.path, "filler2"))
+        filler = os.path.join(m.path, "filler")
+        os.truncate(filler, max(0, os.path.getsize(filler) - 3 * 4096))  # about 150 rows of metrics
+        name = "sit-fail"
+        log = os.path.join(self.dir, name + ".samples")
+        started = time.monotonic()
+        r = mpirun(3, "--data", self.data, "--hidden", 32, "--global-batch", BATCH, "--steps", 100000,
+                   "--shuffle-within-shard", "--no-probe", "--quiet", "--sample-log", log, *self.ARGS,
+                   "--rejoin-after", 600, "--step-timeout", 60, "--metrics", os.path.join(m.path, "m.csv"))
+        took = time.monotonic() - started
+        assert_one_error(self, r, 3, "m.csv", "No space left on device")
+        self.assertNotIn("stalled", r.stderr)
+        self.assertNotIn("has not answered", r.stderr)
+        self.assertLess(took, 45, "every rank stopped at once, not after the step timeout")
+        last, rank_2 = max(self.rank_steps(name, 0)), self.rank_steps(name, 2)
+        print(f"rank 0 failed after step {last}; rank 2 trained steps up to {max(rank_2, default=-1)}; "
+              f"the job ended {took:.1f} s after its start", flush=True)
+        self.assertLess(max(rank_2, default=-1), last - 10, "rank 2 sat out when rank 0 failed")
 
 
 class Shuffle(Batches):
