@@ -237,6 +237,13 @@ class StopSignals(Faults):
         self.assertEqual(s["stopped_by"], "SIGTERM")
         self.assertIn("stopped by SIGTERM", r.stderr)
 
+    def test_sigint_to_every_rank_is_recorded_as_sigint(self):
+        # Issue 44, item 7: a probe's Ctrl-C was recorded as SIGTERM. Ctrl-C reaches mpirun, which
+        # ends its ranks with SIGTERM (docs/errors.md); the record is the signal the ranks got.
+        r, s = self.stop_and_resume(lambda job, pids: [os.kill(p, signal.SIGINT) for p in pids.values()])
+        self.assertEqual(s["stopped_by"], "SIGINT")
+        self.assertIn("stopped by SIGINT", r.stderr)
+
     def test_sigterm_to_one_rank_stops_them_all(self):
         _, s = self.stop_and_resume(lambda job, pids: os.kill(pids[3], signal.SIGTERM))
         self.assertEqual(s["stopped_by"], "", "rank 0 got no signal itself")
