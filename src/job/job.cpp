@@ -191,6 +191,7 @@ struct Job::Impl {
   std::int64_t handed = 0;            // samples handed out by next_micro_batch this step
   bool used_batches = false;          // next_micro_batch was called this step
   bool stop_requested = false;        // this rank called request_stop()
+  bool told_sitting = false;          // rank 0 told the ranks that sit out of its error
   std::vector<std::int64_t> batch;    // the last micro-batch (pooled chunks)
   std::vector<std::int64_t> trained;  // --sample-log: this step's samples
   double loss_sum = 0.0;
@@ -650,6 +651,28 @@ struct Job::Impl {
     }
   }
 
+  // Rank 0's error leaving a Job call reaches the ranks that sit out (docs/nd.md): they wait to
+  // rejoin and share no collective with the others, so they hear of it only from rank 0, with
+  // its kind and message, and every rank exits with its code (the others share it already).
+  template <class Call>
+  decltype(auto) telling_sitting(Call&& call) {
+    try {
+      return call();
+    } catch (const std::exception& e) {
+      tell_sitting(detail::error_kind(e), e.what());
+      throw;
+    }
+  }
+  void tell_sitting(detail::ErrorKind kind, const std::string& why) noexcept {
+    if (told_sitting || !root() || guard == nullptr || !session) return;
+    told_sitting = true;
+    try {
+      guard->tell_stop(session->sitting_ranks(), why, kind);
+    } catch (const std::exception& e) {
+      ANTDT_LOG(debug) << "telling the ranks that sit out: " << e.what();
+    }
+  }
+
   [[nodiscard]] std::int64_t step_samples() const {
     return used_batches || work.pooled ? handed : static_cast<std::int64_t>(work.samples.size());
   }
@@ -695,16 +718,16 @@ Job::~Job() {
   // exit) says so: the others stop at once, with an error that blames no node, instead of
   // waiting out the step timeout and naming this rank's node as stalled. Not while an error
   // unwinds: the ranks then end together.
-  // Rank 0 ending with an error tells the ranks that sit out (docs/nd.md): they wait to rejoin
-  // and would hear nothing until their timeout (the others share the error already).
+  // Rank 0 ending with an error told the ranks that sit out as the error left a Job call
+  // (telling_sitting); an error of the program's own, between calls, is told here, as runtime.
   const bool unwinding = std::uncaught_exceptions() > 0;
-  if (!s.over && s.guard != nullptr && (!unwinding || s.root())) {
+  if (!s.over && s.guard != nullptr && !s.told_sitting && (!unwinding || s.root())) {
     try {
       if (!unwinding) {
         s.guard->leave();
-      } else if (s.session) {
-        s.guard->tell_stop(s.session->sitting_ranks(),
-                           "rank 0 ended the run with an error (rank 0 says which) while this rank sat out");
+      } else {
+        s.tell_sitting(detail::ErrorKind::runtime,
+                       "rank 0 ended the run with an error (rank 0 says which) while this rank sat out");
       }
     } catch (const std::exception& e) {
       ANTDT_LOG(debug) << "leaving the run: " << e.what();
@@ -739,76 +762,84 @@ void Job::on_report(std::function<void(RunSummary&)> hook) { impl_->report_hooks
 
 bool Job::next_step() {
   auto& s = *impl_;
-  if (s.over) return false;
-  if (s.signals && s.signals->launcher_gone()) {
-    std::fprintf(stderr, "%s: rank %d: the launcher is gone (mpirun or srun ended); stopping\n", s.opt.program.c_str(),
-                 s.setup.rank());
-    std::fflush(stderr);
-    std::_Exit(kExitStopped);
-  }
-  if (!s.started) {
-    s.start();
-  } else if (s.in_step) {
-    s.end_step();
-  }
-  s.session->await_turn();  // a rank that sits out (a backup worker) waits here until it rejoins
-  if (s.session->finished()) {
-    s.finish();
-    return false;
-  }
-  s.begin_step();
-  return true;
+  return s.telling_sitting([&]() -> bool {
+    if (s.over) return false;
+    if (s.signals && s.signals->launcher_gone()) {
+      std::fprintf(stderr, "%s: rank %d: the launcher is gone (mpirun or srun ended); stopping\n",
+                   s.opt.program.c_str(), s.setup.rank());
+      std::fflush(stderr);
+      std::_Exit(kExitStopped);
+    }
+    if (!s.started) {
+      s.start();
+    } else if (s.in_step) {
+      s.end_step();
+    }
+    s.session->await_turn();  // a rank that sits out (a backup worker) waits here until it rejoins
+    if (s.session->finished()) {
+      s.finish();
+      return false;
+    }
+    s.begin_step();
+    return true;
+  });
 }
 
 std::span<const std::int64_t> Job::next_micro_batch() {
   auto& s = *impl_;
-  if (!s.in_step) throw UsageError("Job::next_micro_batch outside a step: call it after next_step() returned true");
-  s.used_batches = true;
-  if (s.work.pooled) {
-    s.batch = s.session->next_chunk();
-    if (s.batch.empty()) {
-      s.session->mark_compute_done();
-    } else {
-      s.handed += static_cast<std::int64_t>(s.batch.size());
-      if (s.sample_log) s.trained.insert(s.trained.end(), s.batch.begin(), s.batch.end());
+  return s.telling_sitting([&]() -> std::span<const std::int64_t> {
+    if (!s.in_step) throw UsageError("Job::next_micro_batch outside a step: call it after next_step() returned true");
+    s.used_batches = true;
+    if (s.work.pooled) {
+      s.batch = s.session->next_chunk();
+      if (s.batch.empty()) {
+        s.session->mark_compute_done();
+      } else {
+        s.handed += static_cast<std::int64_t>(s.batch.size());
+        if (s.sample_log) s.trained.insert(s.trained.end(), s.batch.begin(), s.batch.end());
+      }
+      return s.batch;
     }
-    return s.batch;
-  }
-  if (s.next_batch >= s.work.micro_batches.size()) return {};
-  const auto n = s.work.micro_batches[s.next_batch++];
-  const std::span<const std::int64_t> out(s.work.samples.data() + s.batch_offset, static_cast<std::size_t>(n));
-  s.batch_offset += n;
-  s.handed += n;
-  if (s.sample_log) s.trained.insert(s.trained.end(), out.begin(), out.end());
-  return out;
+    if (s.next_batch >= s.work.micro_batches.size()) return {};
+    const auto n = s.work.micro_batches[s.next_batch++];
+    const std::span<const std::int64_t> out(s.work.samples.data() + s.batch_offset, static_cast<std::size_t>(n));
+    s.batch_offset += n;
+    s.handed += n;
+    if (s.sample_log) s.trained.insert(s.trained.end(), out.begin(), out.end());
+    return out;
+  });
 }
 
 std::int64_t Job::reduce(std::span<float> gradient_sums) {
   auto& s = *impl_;
-  if (!s.in_step) throw UsageError("Job::reduce outside a step: call it after next_step() returned true");
-  const std::int64_t total = s.session->reduce(gradient_sums, s.step_samples(), "Job::reduce");
-  // The reduced buffer is the same on every rank: so is this decision.
-  check_finite(std::all_of(gradient_sums.begin(), gradient_sums.end(), [](float v) { return std::isfinite(v); }));
-  return total;
+  return s.telling_sitting([&] {
+    if (!s.in_step) throw UsageError("Job::reduce outside a step: call it after next_step() returned true");
+    const std::int64_t total = s.session->reduce(gradient_sums, s.step_samples(), "Job::reduce");
+    // The reduced buffer is the same on every rank: so is this decision.
+    check_finite(std::all_of(gradient_sums.begin(), gradient_sums.end(), [](float v) { return std::isfinite(v); }));
+    return total;
+  });
 }
 
 std::int64_t Job::reduce_device(float* device_sums, std::int64_t count, int device) {
   auto& s = *impl_;
-  if (!s.in_step) throw UsageError("Job::reduce_device outside a step: call it after next_step() returned true");
-  if (count < 0 || (count > 0 && device_sums == nullptr)) {
-    throw UsageError("Job::reduce_device: " + std::to_string(count) + " floats at " +
-                     (device_sums ? "a device address" : std::string("a null address")));
-  }
-  if (!s.device_reduction) {
-    s.device_reduction = detail::make_device_reduction(s.session->comm(), device);
-    s.session->keep_every_rank();  // it keeps the communicator it was made with: no rank may sit out
-  }
-  if (device != s.device_reduction->device()) {
-    throw UsageError("Job::reduce_device: gradients on CUDA device " + std::to_string(device) +
-                     ", where the job's earlier steps reduced on device " +
-                     std::to_string(s.device_reduction->device()) + ": keep the model on one device");
-  }
-  return s.device_reduction->reduce(*s.session, device_sums, count, s.step_samples());
+  return s.telling_sitting([&] {
+    if (!s.in_step) throw UsageError("Job::reduce_device outside a step: call it after next_step() returned true");
+    if (count < 0 || (count > 0 && device_sums == nullptr)) {
+      throw UsageError("Job::reduce_device: " + std::to_string(count) + " floats at " +
+                       (device_sums ? "a device address" : std::string("a null address")));
+    }
+    if (!s.device_reduction) {
+      s.device_reduction = detail::make_device_reduction(s.session->comm(), device);
+      s.session->keep_every_rank();  // it keeps the communicator it was made with: no rank may sit out
+    }
+    if (device != s.device_reduction->device()) {
+      throw UsageError("Job::reduce_device: gradients on CUDA device " + std::to_string(device) +
+                       ", where the job's earlier steps reduced on device " +
+                       std::to_string(s.device_reduction->device()) + ": keep the model on one device");
+    }
+    return s.device_reduction->reduce(*s.session, device_sums, count, s.step_samples());
+  });
 }
 
 void Job::check_finite(bool finite) {
@@ -824,24 +855,28 @@ void Job::check_finite(bool finite) {
 
 void Job::broadcast(std::span<std::byte> bytes, int root) {
   auto& s = *impl_;
-  // First the agreement, so that a root only some ranks got wrong is named, not a hang.
-  detail::agree_on_call(s.comm(), "Job::broadcast",
-                        {detail::CallShape::Type::bytes, static_cast<std::int64_t>(bytes.size()), root}, rank());
-  if (root < 0 || root >= size()) {
-    throw UsageError("Job::broadcast: root " + std::to_string(root) + " is not a rank of this " +
-                     std::to_string(size()) + "-rank job");
-  }
-  for (std::size_t done = 0; done < bytes.size();) {  // MPI counts are ints
-    const auto n = std::min<std::size_t>(bytes.size() - done, std::size_t{1} << 30);
-    detail::bcast(bytes.data() + done, static_cast<int>(n), MPI_BYTE, root, s.comm());
-    done += n;
-  }
+  return s.telling_sitting([&] {
+    // First the agreement, so that a root only some ranks got wrong is named, not a hang.
+    detail::agree_on_call(s.comm(), "Job::broadcast",
+                          {detail::CallShape::Type::bytes, static_cast<std::int64_t>(bytes.size()), root}, rank());
+    if (root < 0 || root >= size()) {
+      throw UsageError("Job::broadcast: root " + std::to_string(root) + " is not a rank of this " +
+                       std::to_string(size()) + "-rank job");
+    }
+    for (std::size_t done = 0; done < bytes.size();) {  // MPI counts are ints
+      const auto n = std::min<std::size_t>(bytes.size() - done, std::size_t{1} << 30);
+      detail::bcast(bytes.data() + done, static_cast<int>(n), MPI_BYTE, root, s.comm());
+      done += n;
+    }
+  });
 }
 
 std::int64_t Job::reduce(std::span<std::int64_t> fixed_point_sums) {
   auto& s = *impl_;
-  if (!s.in_step) throw UsageError("Job::reduce outside a step: call it after next_step() returned true");
-  return s.session->reduce(fixed_point_sums, s.step_samples(), "Job::reduce");
+  return s.telling_sitting([&] {
+    if (!s.in_step) throw UsageError("Job::reduce outside a step: call it after next_step() returned true");
+    return s.session->reduce(fixed_point_sums, s.step_samples(), "Job::reduce");
+  });
 }
 
 void Job::add_loss(double loss_sum, std::int64_t correct) {

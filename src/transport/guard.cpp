@@ -291,12 +291,12 @@ void Guard::leave() {
   let_go({&send_, 1});
 }
 
-void Guard::tell_stop(const std::vector<std::int32_t>& ranks, const std::string& why) {
+void Guard::tell_stop(const std::vector<std::int32_t>& ranks, const std::string& why, ErrorKind kind) {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (rank_ != 0 || ranks.empty() || finalized != 0 || words_ == MPI_COMM_NULL || waits_abandoned()) return;
   sent_.assign(1, make_word(Word::stop, phase_, step_, 0));
-  sent_[0].error_kind = static_cast<std::uint8_t>(ErrorKind::runtime);
+  sent_[0].error_kind = static_cast<std::uint8_t>(kind);
   set_text(sent_[0], why);
   std::vector<MPI_Request> sends;
   for (const std::int32_t r : ranks) {

@@ -30,6 +30,8 @@
 #include <string>
 #include <vector>
 
+#include "core/error_kind.hpp"
+
 namespace antdt::detail {
 
 // What a rank is doing while it waits, for the messages and for rank 0's diagnosis.
@@ -89,8 +91,9 @@ class Guard {
   // itself tells every rank. Local and quick: it waits for no one.
   void leave();
   // Rank 0 ending with an error: tells `ranks` (those that sit out, which hear of the error no
-  // other way; the others share it already) to stop with `why`. Local and quick.
-  void tell_stop(const std::vector<std::int32_t>& ranks, const std::string& why);
+  // other way; the others share it already) to stop with the error `why` of `kind`, so that they
+  // exit with its code. Local and quick.
+  void tell_stop(const std::vector<std::int32_t>& ranks, const std::string& why, ErrorKind kind = ErrorKind::runtime);
 
   // What this rank is doing, for the messages and the answers; a Scope sets it for a block.
   class Scope {

@@ -211,9 +211,11 @@ class BackupWorkers(Batches):
     def test_a_rank_that_sits_out_stops_at_once_when_rank_0_fails(self):
         """Issue 44: rank 0 ending with an error told only the ranks in the steps, which share the
         error anyway; a rank that sat out waited for a word to rejoin until its step timeout, and
-        then blamed rank 0 as stalled. Rank 0 now tells it. Here rank 0's metrics fill a small
-        disk while rank 2 sits out: every rank ends with rank 0's error (exit 3, one line), well
-        within the step timeout of 60 s, and no rank is called stalled."""
+        then blamed rank 0 as stalled. Rank 0 now tells it, with the error's kind. Here rank 0's
+        metrics fill a small disk while rank 2 sits out: every rank ends with rank 0's error and
+        its code (exit 3, one line; mpirun gives the code of the first rank to exit, and a sitting
+        rank told only "an error" exited 1 first), well within the step timeout of 60 s, and no
+        rank is called stalled."""
         m = Mount(os.path.join(self.dir, "sit-full"))
         if not m.ok:
             self.skipTest("no tmpfs for a full disk: " + m.why)
