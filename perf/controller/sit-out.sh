@@ -12,13 +12,24 @@
 #     machine of 2026-12-07, where rank 0 by itself trains 23-34k samples/s). static,
 #     dd --backup-workers 0, dd (default) and rank 0 by itself (1 rank on core 0, the same B).
 #     Printed: each over rank 0 by itself, and the default over static.
+#  C. real sharing: the same 2 ranks, rank 1 under a cgroup v1 CPU quota of QUOTA of a core
+#     (default 0.25; period 4 ms) instead of a co-tenant, at each B of QUOTA_BATCHES (default
+#     64): static, dd --backup-workers 0, dd (default) and rank 0 by itself.
+#  D. real sharing, the quota goes: dd (default), rank 1 under the quota for the first LIFT_AFTER
+#     seconds (default 10) of runs of 2 x SECONDS_PER_RUN, then uncapped. Printed: how long after
+#     the quota went rank 1 rejoined for good (the first rejoin after which it never sat out
+#     again), in seconds of training, from the run's metrics (its steps' wall times) and summary
+#     (its plans); the lift's time within the run is LIFT_AFTER less the start-up (the run's
+#     length less the summary's wall_seconds).
 #
 # Each run lasts SECONDS_PER_RUN and ends by SIGUSR1, which mpirun forwards (a stop at a step boundary); its
 # summary's throughput
 # is samples over the run's wall time, start-up excluded. Runs are interleaved over REPEATS rounds;
 # the medians are printed, with every run's figure in OUT/runs.tsv.
 #   perf/controller/sit-out.sh [build-dir]    REPEATS=5 SECONDS_PER_RUN=20 OUT=dir PARTS="A B" BATCHES="64 2048"
-# Needs 2 cores and stress-ng (scripts/install-deps.sh installs it). Real sharing on a shared
+#                                            PARTS="C D" QUOTA=0.25 QUOTA_BATCHES=64 LIFT_AFTER=10
+# Needs 2 cores and stress-ng (scripts/install-deps.sh installs it); C and D need root and the
+# cgroup v1 cpu controller at /sys/fs/cgroup/cpu. Real sharing on a shared
 # machine: quote the medians, and the load beside them.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -35,9 +46,15 @@ command -v stress-ng >/dev/null || { echo "sit-out: stress-ng is missing (script
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OPENBLAS_NUM_THREADS=1 ANTDT_LOG_LEVEL=warn
 tenant=
+cg=/sys/fs/cgroup/cpu/antdt-sit-out-$$
+period=4000  # us: a quarter of a core is then 1000 us, the smallest quota the kernel takes
 cleanup() {
   if [ -n "$tenant" ]; then kill "$tenant" 2>/dev/null || true; wait "$tenant" 2>/dev/null || true; fi
   pkill -f "stress-ng --cpu 1 --taskset 1" 2>/dev/null || true
+  if [ -d "$cg" ]; then
+    echo -1 >"$cg/cpu.cfs_quota_us" 2>/dev/null || true
+    rmdir "$cg" 2>/dev/null || true
+  fi
 }
 trap cleanup EXIT
 printf 'part\tcase\tconfig\trepeat\tthroughput\n' >"$out/runs.tsv"
@@ -90,6 +107,78 @@ if [[ " $parts " == *" B "* ]]; then
   done
 fi
 
+if [[ " $parts " == *" C "* || " $parts " == *" D "* ]]; then
+  [ -w /sys/fs/cgroup/cpu ] || { echo "sit-out: parts C and D need root and the cgroup v1 cpu controller" >&2; exit 2; }
+  quota=${QUOTA:-0.25}
+  mkdir -p "$cg"
+  echo "$period" >"$cg/cpu.cfs_period_us"
+  cap() { echo "$1" >"$cg/cpu.cfs_quota_us"; }  # microseconds per period; -1: none
+  capped=$(python3 -c "print(int($quota * $period))")
+  # Rank 1 joins the cgroup before it starts (mpirun's MPMD form: one launch, two programs).
+  pair() {  # NAME SECONDS [antdt-train options...]: 2 ranks, rank 1 in the cgroup; prints throughput
+    local name=$1 length=$2 js=$out/$1.json
+    shift 2
+    rm -f "$js"
+    timeout --foreground -s USR1 -k 60 "$length" mpirun --bind-to core --map-by core \
+      -np 1 "$train" --quiet --summary-json "$js" --steps 100000000 "$@" : \
+      -np 1 bash -c "echo \$\$ > $cg/cgroup.procs; exec \"\$0\" \"\$@\"" "$train" --quiet --summary-json "$js" \
+      --steps 100000000 "$@" >"$out/$name.log" 2>&1 || true
+    python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['throughput'])" "$js" 2>/dev/null || echo nan
+  }
+fi
+
+if [[ " $parts " == *" C "* ]]; then
+  for b in ${QUOTA_BATCHES:-64}; do
+    real=(--synthetic-samples 65536 --synthetic-dim 64 --hidden 256,256 --global-batch "$b")
+    c="B$b-quota$quota"
+    cap "$capped"
+    for r in $(seq 1 "$repeats"); do
+      record C "$c" alone "$r" "$(run $c-alone-$r 1 --bind-to core --map-by core -- "${real[@]}" --policy static)"
+      record C "$c" static "$r" "$(pair $c-static-$r "$secs" "${real[@]}" --policy static)"
+      record C "$c" dd-no-sit-out "$r" "$(pair $c-dd0-$r "$secs" "${real[@]}" --policy dd --backup-workers 0)"
+      record C "$c" dd "$r" "$(pair $c-dd-$r "$secs" "${real[@]}" --policy dd)"
+    done
+  done
+fi
+
+if [[ " $parts " == *" D "* ]]; then
+  lift=${LIFT_AFTER:-10}
+  whole=$((2 * secs))
+  real=(--synthetic-samples 65536 --synthetic-dim 64 --hidden 256,256 --global-batch "${QUOTA_BATCHES:-64}")
+  real[${#real[@]}-1]=${real[${#real[@]}-1]%% *}  # the first of QUOTA_BATCHES
+  for r in $(seq 1 "$repeats"); do
+    cap "$capped"
+    (sleep "$lift"; cap -1) &
+    lifter=$!
+    pair d-dd-$r "$whole" "${real[@]}" --policy dd --metrics "$out/d-dd-$r.csv" >/dev/null
+    wait "$lifter" 2>/dev/null || true
+    python3 - "$out/d-dd-$r.json" "$out/d-dd-$r.csv" "$lift" "$whole" "$r" >>"$out/rejoin.tsv" <<'PY'
+import csv, json, sys
+summary, metrics, lift, whole, repeat = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
+s = json.load(open(summary))
+walls = {}
+for row in csv.DictReader(open(metrics)):
+    walls[int(row["step"])] = float(row["step_wall_s"])
+start, t = {}, 0.0
+for step in sorted(walls):
+    start[step] = t
+    t += walls[step]
+lift_at = lift - (whole - s["wall_seconds"])  # the lift, in seconds of training
+sat = [p for p in s["plans"] if 1 in p["sitting"]]
+if not sat:
+    print(f"{repeat}\tnever sat out\t\t{s['sit_outs']}\t{s['rejoins']}")
+    sys.exit()
+last_out = max(p["effective_step"] for p in sat)
+back = [p for p in s["plans"] if p["effective_step"] > last_out and 1 not in p["sitting"]]
+if not back:
+    print(f"{repeat}\tstill sitting out at the end\t\t{s['sit_outs']}\t{s['rejoins']}")
+    sys.exit()
+step = back[0]["effective_step"]
+print(f"{repeat}\t{start.get(step, t) - lift_at:.2f}\t{step}\t{s['sit_outs']}\t{s['rejoins']}")
+PY
+  done
+fi
+
 python3 - "$out/runs.tsv" <<'EOF'
 import collections, csv, statistics, sys
 runs = collections.defaultdict(list)
@@ -114,5 +203,26 @@ for case in sorted({c for p, c, _ in med if p == "B"}):
         show("B", case, config, alone, "rank 0 by itself")
     if ("B", case, "static") in med:
         print(f"B {case:14s} dd (sitting out) over static: {med[('B', case, 'dd')] / med[('B', case, 'static')]:.2f}x")
+# C's cases are named B<batch>-quota<q>: rank 1's CPU quota.
+for case in sorted({c for p, c, _ in med if p == "C"}):
+    alone = med.get(("C", case, "alone"), 0.0)
+    for config in ("alone", "static", "dd-no-sit-out", "dd"):
+        show("C", case, config, alone, "rank 0 by itself")
 EOF
+if [ -s "$out/rejoin.tsv" ]; then
+  python3 - "$out/rejoin.tsv" <<'EOF'
+import statistics, sys
+rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
+delays = []
+for r in rows:
+    try:
+        delays.append(float(r[1]))
+    except ValueError:
+        pass
+    print(f"D repeat {r[0]}: rejoined for good {r[1]} s after the quota went (step {r[2]}; sit-outs {r[3]}, rejoins {r[4]})")
+if delays:
+    print(f"D rejoin after the quota went: median {statistics.median(delays):.2f} s "
+          f"({min(delays):.2f}-{max(delays):.2f}, {len(delays)} of {len(rows)} runs)")
+EOF
+fi
 echo "sit-out: every run in $out/runs.tsv, logs and summaries beside it"

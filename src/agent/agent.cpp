@@ -83,6 +83,16 @@ void Agent::resume(const protocol::ResumeState& state, const dds::LedgerOptions&
   passed_step_ = -1;
   map_ = dds::ShardMap(saved_order);
   stream_ = dds::StepStream(saved_order.dataset_size, saved_order.max_epochs, state.cursor, state.carried);
+  // Its timing starts afresh: a rank that rejoins after sitting out has not reported for
+  // thousands of steps, so the CPU it used while it sat out is no interval of a step, and the
+  // time a quota held it back before is no mean of its last reports (charged to each trial
+  // step, it read a rank whose quota went as 30 times slower than it was).
+  cpu_at_report_ = -1.0;
+  held_at_report_ = -1.0;
+  held_in_windows_ = 0.0;
+  recent_held_.fill(0.0);
+  held_count_ = 0;
+  recent_rates_.clear();
 }
 
 StepWork Agent::begin() {

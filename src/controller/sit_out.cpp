@@ -4,6 +4,7 @@
 #include <cmath>
 #include <iomanip>
 #include <limits>
+#include <numeric>
 #include <sstream>
 
 #include "antdt/error.hpp"
@@ -156,9 +157,36 @@ void SitOut::observe(std::int64_t /*step*/, std::span<const RankStepStats> stats
     if (timed_[i] >= window_ && slot > 0.0) --positive_[i];
     slot = i == last ? unexplained : 0.0;
     if (slot > 0.0) ++positive_[i];
-    if (joined_at_[i] >= 0 && timed_[i] < window_) trial_sum_[i] += span;  // a trial's first window
+    // A trial's first window, less its first step, which carries the regroup (a communicator
+    // made, the run's state sent, a napping rank woken): paid once, not each step it stays.
+    if (joined_at_[i] >= 0 && timed_[i] >= 1 && timed_[i] < window_) trial_sum_[i] += span;
     ++timed_[i];
   }
+}
+
+double SitOut::trial_speed(std::span<const double> x, const std::vector<std::int32_t>& sitting, std::size_t rank,
+                           std::int64_t batch) const {
+  // The others that take part: their speeds, summed, and the median (what a rank that is back
+  // would compute at).
+  std::vector<double> others;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    if (i != rank && !std::binary_search(sitting.begin(), sitting.end(), static_cast<std::int32_t>(i)) && x[i] > 0.0)
+      others.push_back(x[i]);
+  }
+  const double last = x_at_sit_[rank];
+  if (others.empty() || !(last > 0.0)) return last > 0.0 ? last : (x.empty() ? 0.0 : x[rank]);
+  const double sum = std::accumulate(others.begin(), others.end(), 0.0);
+  std::nth_element(others.begin(), others.begin() + static_cast<std::ptrdiff_t>(others.size() / 2), others.end());
+  const double back = others[others.size() / 2];
+  // At most what its last speed computes in one step without it, so that a trial of a rank
+  // still held back costs at most about one step more per step. A balanced split gives a rank
+  // of speed v the share B v / (sum + v): the speed whose share is `cap` samples is
+  // cap sum / (B - cap).
+  const double span = median_span();
+  const double cap = span > 0.0 ? last * span : 0.0;
+  const auto b = static_cast<double>(batch);
+  if (!(cap > 0.0) || cap >= b) return std::max(last, back);
+  return std::max(last, std::min(back, cap * sum / (b - cap)));
 }
 
 std::int64_t SitOut::probe_steps(const ControllerContext& ctx, std::size_t rank) const {
@@ -189,10 +217,8 @@ std::optional<Plan> SitOut::decide(const ControllerContext& ctx, std::span<const
     std::vector<std::int32_t> sitting;
     for (const auto s : plan.sitting)
       if (s != rank) sitting.push_back(s);
-    // Half the share its last speed earned: a trial of a rank still away costs little, and one
-    // that is back is timed, and given more by the next rebalance.
     std::vector<double> xs(x.begin(), x.end());
-    if (x_at_sit_[r] > 0.0) xs[r] = 0.5 * x_at_sit_[r];
+    xs[r] = trial_speed(x, plan.sitting, r, o.global_batch);
     Plan next = plan_split_without(o.global_batch, xs, o.caps, ctx.effective_step(), fixed, sitting);
     std::ostringstream why;
     why << "rank " << rank << " rejoins for a trial after " << ctx.step - sat_at_[r] << " steps out";
@@ -207,23 +233,23 @@ std::optional<Plan> SitOut::decide(const ControllerContext& ctx, std::span<const
     ++rejoins_;
     return next;
   }
-  // 2. A trial judged as measured: from its second step to the end of its first window, once
-  // its steps took longer on average than the steps without it by more than min_gain, the rank
+  // 2. A trial judged as measured: from its third step to the end of its first window, once its
+  // steps after the first took longer on average than the steps without it by more than min_gain, the rank
   // sits out again (whatever the cost model makes of it: a rank that is away looks slow to it,
   // and a rebalance would keep offering it samples).
   const int active = n - static_cast<int>(plan.sitting.size());
   for (int i = 1; i < n; ++i) {
     const auto r = static_cast<std::size_t>(i);
-    if (joined_at_[r] < 0 || plan.sits_out(i) || timed_[r] < 2 || timed_[r] > window_ || !(trial_base_[r] > 0.0))
+    if (joined_at_[r] < 0 || plan.sits_out(i) || timed_[r] < 3 || timed_[r] > window_ || !(trial_base_[r] > 0.0))
       continue;
-    const double mean = trial_sum_[r] / static_cast<double>(timed_[r]);
+    const double mean = trial_sum_[r] / static_cast<double>(timed_[r] - 1);
     if (mean <= trial_base_[r] * (1.0 + o.min_gain) || backup_workers <= 0 ||
         static_cast<int>(plan.sitting.size()) >= backup_workers || active < 2)
       continue;
     Plan next = plan_split_without(o.global_batch, x, o.caps, ctx.effective_step(), fixed, with_rank(plan.sitting, i));
     std::ostringstream why;
-    why << std::setprecision(4) << "rank " << i << " sits out again: its trial's " << timed_[r] << " steps took "
-        << mean << " s on average, the steps without it " << trial_base_[r] << " s";
+    why << std::setprecision(4) << "rank " << i << " sits out again: its trial's " << timed_[r] - 1
+        << " steps after the first took " << mean << " s on average, the steps without it " << trial_base_[r] << " s";
     next.reason = why.str();
     sat_out(r, ctx.step, x[r]);
     return next;
@@ -296,10 +322,17 @@ std::optional<Plan> SitOut::decide(const ControllerContext& ctx, std::span<const
 
 void SitOut::sat_out(std::size_t rank, std::int64_t step, double x) {
   // Out again within a window of a trial: it did not pay; the next trial waits twice as long.
-  if (joined_at_[rank] >= 0) level_[rank] = std::min(kMaxLevel, level_[rank] + 1);
+  // Its speed is the better of the one it sat out with and its trial's: a trial's steps carry
+  // the regroup (a new communicator, the state it is sent), and a speed read from them alone
+  // shrank each next trial's share until no trial could show a rank that is back.
+  if (joined_at_[rank] >= 0) {
+    level_[rank] = std::min(kMaxLevel, level_[rank] + 1);
+    x_at_sit_[rank] = std::max(x_at_sit_[rank], x);
+  } else {
+    x_at_sit_[rank] = x;
+  }
   joined_at_[rank] = -1;
   sat_at_[rank] = step;
-  x_at_sit_[rank] = x;
   trial_sum_[rank] = 0.0;
   streak_ = 0;
   candidate_ = -1;

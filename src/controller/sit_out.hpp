@@ -24,20 +24,24 @@
 // `persistence` consecutive steps, and fewer than backup_workers ranks sit out, that rank
 // sits out from the next plan.
 //
-// Rejoining. A rank that sits out is not timed, so it rejoins for a trial, with half the share
-// its last speed earned, after a probe interval: max(window, 2^level x options.rejoin_after seconds of steps at
-// the median step time). A rank that has to sit out again before it has been in for as long as
-// its interval doubles its interval (level, at most kMaxLevel: 8x rejoin_after); one that
-// stays in that long resets it. So a rank whose co-tenant or quota went is back within about
-// rejoin_after x 2^kMaxLevel plus a window of steps.
+// Rejoining. A rank that sits out is not timed, so it rejoins for a trial after a probe
+// interval, with the share of a rank that is back (at the others' median speed), but at most
+// what its last speed computes in one step without it: a rank that is back can show it, and one
+// still held back costs about a step more per trial step. The probe interval is max(window,
+// 2^level x options.rejoin_after seconds of steps at the median step time). A rank that has to
+// sit out again before it has been in for as long as its interval doubles its interval (level,
+// at most kMaxLevel: 8x rejoin_after); one that stays in that long resets it. So a rank whose
+// co-tenant or quota went is back within about rejoin_after x 2^kMaxLevel plus a window of
+// steps.
 //
 // A trial is judged as measured, model-free: each step's span is the longest a rank spent from
 // its start to the end of the reduction (the rank that arrived first waited there for the last,
-// wherever that one was held). From the second step of a trial to the end of its first window,
-// once the mean span of its steps exceeds the median span of the steps without the rank by more
-// than min_gain, it sits out again. (The cost model alone would keep a rank that is away: it
-// reads it as slow and offers it fewer samples.) Two steps of the model's bar decide a trial
-// too: it is a measurement made on purpose.
+// wherever that one was held). From the third step of a trial to the end of its first window,
+// once the mean span of its steps after the first (which carries the regroup, paid once)
+// exceeds the median span of the steps without the rank by more than min_gain, it sits out
+// again. (The cost model alone would keep a rank that is away: it reads it as slow and offers it
+// fewer samples.) Two steps of the model's bar decide a trial too: it is a measurement made on
+// purpose.
 #pragma once
 
 #include <cstdint>
@@ -79,6 +83,9 @@ class SitOut {
  private:
   void resize(std::size_t n);
   [[nodiscard]] std::int64_t probe_steps(const ControllerContext& ctx, std::size_t rank) const;
+  // The speed a trial's split gives `rank` (see "Rejoining" above).
+  [[nodiscard]] double trial_speed(std::span<const double> x, const std::vector<std::int32_t>& sitting,
+                                   std::size_t rank, std::int64_t batch) const;
 
   [[nodiscard]] double trimmed_wait(std::size_t rank) const;
   [[nodiscard]] double median_span() const;

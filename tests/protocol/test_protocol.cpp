@@ -1001,3 +1001,33 @@ TEST(StepProtocol, UnderAQuotaOfLessThanACoreARankReportsTheTimeItsCpuUseTakesAt
   EXPECT_NEAR(step(1.5, 0.0, 0.0), 0.010, 1e-12);
   EXPECT_NEAR(step(0.0, 0.0, 0.005), 0.010 + 0.005 / 8, 1e-12);
 }
+
+// A rank that rejoins after sitting out (Agent::resume) starts its quota accounting afresh: it
+// has not reported for the steps it sat out, so the CPU it used meanwhile is no step's interval,
+// and the time its quota held it before is no mean of its last reports. (Carried over, the
+// first trial steps of a rank whose quota had just gone reported 45 ms for 0.7 ms of work.)
+TEST(StepProtocol, ARankThatResumesStartsItsQuotaAccountingAfresh) {
+  OneRank job;
+  HeldClock& clock = job.clock;
+  agent::Agent& a = job.agent;
+  const auto step = [&](double cores) {
+    a.set_capped(cores > 0.0, cores);
+    (void)a.begin();
+    clock.run(0.002);
+    const StepReport r = job.compute_and_end_step(0.0, 0.0);
+    clock.run(0.001);
+    return r.compute_seconds;
+  };
+  for (int i = 0; i < 9; ++i) (void)step(0.25);
+  EXPECT_NEAR(step(0.25), 0.052, 1e-12) << "14 ms of CPU at a quarter of a core take 56 ms, 4 outside the compute";
+  clock.run(2.0);  // it sits out: CPU for its naps and the guard's answers, and no report
+  a.resume(job.coordinator.resume_state(), job.ledger);
+  EXPECT_NEAR(step(0.25), 0.010, 1e-12) << "under the quota still: a first report, its compute window alone";
+  EXPECT_NEAR(step(0.25), 0.010 + 0.042 / 2, 1e-12) << "then the mean of its reports since";
+  // Its quota went while it sat out: nothing of the time held before is charged.
+  for (int i = 0; i < 8; ++i) (void)step(0.25);
+  clock.run(2.0);
+  a.resume(job.coordinator.resume_state(), job.ledger);
+  EXPECT_NEAR(step(0.0), 0.010, 1e-12);
+  EXPECT_NEAR(step(0.0), 0.010, 1e-12);
+}
