@@ -14,20 +14,27 @@
 #     Printed: each over rank 0 by itself, and the default over static.
 #  C. real sharing: the same 2 ranks, rank 1 under a cgroup v1 CPU quota of QUOTA of a core
 #     (default 0.25; period 4 ms) instead of a co-tenant, at each B of QUOTA_BATCHES (default
-#     64): static, dd --backup-workers 0, dd (default) and rank 0 by itself.
+#     512: at B 64 this machine's steps are 0.4 ms, and 2 ranks cost more than 1 even without a
+#     quota): static, dd --backup-workers 0, dd (default) and rank 0 by itself.
 #  D. real sharing, the quota goes: dd (default), rank 1 under the quota for the first LIFT_AFTER
 #     seconds (default 10) of runs of 2 x SECONDS_PER_RUN, then uncapped. Printed: how long after
 #     the quota went rank 1 rejoined for good (the first rejoin after which it never sat out
 #     again), in seconds of training, from the run's metrics (its steps' wall times) and summary
 #     (its plans); the lift's time within the run is LIFT_AFTER less the start-up (the run's
 #     length less the summary's wall_seconds).
+#  E. real sharing, a co-tenant that comes and goes: stress-ng --cpu 1 at nice -10 pinned to core 1,
+#     stopped and continued every PERIOD seconds (default 5), at each B of SHARE_BATCHES (default
+#     512): static, dd --backup-workers 0, dd (default), rank 0 by itself.
+#  F. real sharing, the co-tenant goes: as D, with the nice -10 co-tenant of E there for the first
+#     LIFT_AFTER seconds and then killed.
 #
 # Each run lasts SECONDS_PER_RUN and ends by SIGUSR1, which mpirun forwards (a stop at a step boundary); its
 # summary's throughput
 # is samples over the run's wall time, start-up excluded. Runs are interleaved over REPEATS rounds;
 # the medians are printed, with every run's figure in OUT/runs.tsv.
 #   perf/controller/sit-out.sh [build-dir]    REPEATS=5 SECONDS_PER_RUN=20 OUT=dir PARTS="A B" BATCHES="64 2048"
-#                                            PARTS="C D" QUOTA=0.25 QUOTA_BATCHES=64 LIFT_AFTER=10
+#                                            PARTS="C D" QUOTA=0.25 QUOTA_BATCHES=512 LIFT_AFTER=10
+#                                            PARTS="E F" PERIOD=5 SHARE_BATCHES=512
 # Needs 2 cores and stress-ng (scripts/install-deps.sh installs it); C and D need root and the
 # cgroup v1 cpu controller at /sys/fs/cgroup/cpu. Real sharing on a shared
 # machine: quote the medians, and the load beside them.
@@ -128,7 +135,7 @@ if [[ " $parts " == *" C "* || " $parts " == *" D "* ]]; then
 fi
 
 if [[ " $parts " == *" C "* ]]; then
-  for b in ${QUOTA_BATCHES:-64}; do
+  for b in ${QUOTA_BATCHES:-512}; do
     real=(--synthetic-samples 65536 --synthetic-dim 64 --hidden 256,256 --global-batch "$b")
     c="B$b-quota$quota"
     cap "$capped"
@@ -141,20 +148,14 @@ if [[ " $parts " == *" C "* ]]; then
   done
 fi
 
-if [[ " $parts " == *" D "* ]]; then
-  lift=${LIFT_AFTER:-10}
-  whole=$((2 * secs))
-  real=(--synthetic-samples 65536 --synthetic-dim 64 --hidden 256,256 --global-batch "${QUOTA_BATCHES:-64}")
-  real[${#real[@]}-1]=${real[${#real[@]}-1]%% *}  # the first of QUOTA_BATCHES
-  for r in $(seq 1 "$repeats"); do
-    cap "$capped"
-    (sleep "$lift"; cap -1) &
-    lifter=$!
-    pair d-dd-$r "$whole" "${real[@]}" --policy dd --metrics "$out/d-dd-$r.csv" >/dev/null
-    wait "$lifter" 2>/dev/null || true
-    python3 - "$out/d-dd-$r.json" "$out/d-dd-$r.csv" "$lift" "$whole" "$r" >>"$out/rejoin.tsv" <<'PY'
+# rejoin_of NAME LIFT WHOLE REPEAT WHAT: appends to rejoin.tsv how long after LIFT seconds (from
+# the launch of a run of WHOLE seconds) rank 1 rejoined for good: the first rejoin after which it
+# never sat out again, in seconds of training, from the run's metrics and summary.
+rejoin_of() {
+  python3 - "$out/$1.json" "$out/$1.csv" "$2" "$3" "$4" "$5" >>"$out/rejoin.tsv" <<'PY'
 import csv, json, sys
-summary, metrics, lift, whole, repeat = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
+summary, metrics, lift, whole, repeat, what = sys.argv[1:7]
+lift, whole = float(lift), float(whole)
 s = json.load(open(summary))
 walls = {}
 for row in csv.DictReader(open(metrics)):
@@ -166,16 +167,83 @@ for step in sorted(walls):
 lift_at = lift - (whole - s["wall_seconds"])  # the lift, in seconds of training
 sat = [p for p in s["plans"] if 1 in p["sitting"]]
 if not sat:
-    print(f"{repeat}\tnever sat out\t\t{s['sit_outs']}\t{s['rejoins']}")
+    print(f"{what}\t{repeat}\tnever sat out\t\t{s['sit_outs']}\t{s['rejoins']}")
     sys.exit()
 last_out = max(p["effective_step"] for p in sat)
 back = [p for p in s["plans"] if p["effective_step"] > last_out and 1 not in p["sitting"]]
 if not back:
-    print(f"{repeat}\tstill sitting out at the end\t\t{s['sit_outs']}\t{s['rejoins']}")
+    print(f"{what}\t{repeat}\tstill sitting out at the end\t\t{s['sit_outs']}\t{s['rejoins']}")
     sys.exit()
 step = back[0]["effective_step"]
-print(f"{repeat}\t{start.get(step, t) - lift_at:.2f}\t{step}\t{s['sit_outs']}\t{s['rejoins']}")
+print(f"{what}\t{repeat}\t{start.get(step, t) - lift_at:.2f}\t{step}\t{s['sit_outs']}\t{s['rejoins']}")
 PY
+}
+
+if [[ " $parts " == *" D "* ]]; then
+  lift=${LIFT_AFTER:-10}
+  whole=$((2 * secs))
+  real=(--synthetic-samples 65536 --synthetic-dim 64 --hidden 256,256 --global-batch "${QUOTA_BATCHES:-512}")
+  real[${#real[@]}-1]=${real[${#real[@]}-1]%% *}  # the first of QUOTA_BATCHES
+  for r in $(seq 1 "$repeats"); do
+    cap "$capped"
+    (sleep "$lift"; cap -1) &
+    lifter=$!
+    pair d-dd-$r "$whole" "${real[@]}" --policy dd --metrics "$out/d-dd-$r.csv" >/dev/null
+    wait "$lifter" 2>/dev/null || true
+    rejoin_of d-dd-$r "$lift" "$whole" "$r" quota
+  done
+fi
+
+# E and F: a busy co-tenant at nice -10 pinned to core 1 (rank 1's), the same 2 ranks bound to
+# cores 0 and 1, at each B of SHARE_BATCHES (default 512).
+tenant_on() { nice -n -10 stress-ng --cpu 1 --taskset 1 --cpu-method int64 -t 0 >/dev/null 2>&1 & tenant=$!; }
+if [[ " $parts " == *" E "* ]]; then
+  # E: the co-tenant comes and goes: on for PERIOD seconds (default 5), then stopped (SIGSTOP to
+  # its processes) for PERIOD, over the whole run. Printed: each over rank 0 by itself.
+  period_s=${PERIOD:-5}
+  bind=(--bind-to core --map-by core)
+  toggler=
+  for b in ${SHARE_BATCHES:-512}; do
+    real=(--synthetic-samples 65536 --synthetic-dim 64 --hidden 256,256 --global-batch "$b")
+    c="B$b-every${period_s}s"
+    for r in $(seq 1 "$repeats"); do
+      tenant_on
+      (while sleep "$period_s"; do
+         pkill -STOP -f "stress-ng --cpu 1 --taskset 1"; sleep "$period_s"; pkill -CONT -f "stress-ng --cpu 1 --taskset 1"
+       done) &
+      toggler=$!
+      sleep 1
+      record E "$c" alone "$r" "$(run $c-alone-$r 1 "${bind[@]}" -- "${real[@]}" --policy static)"
+      record E "$c" static "$r" "$(run $c-static-$r 2 "${bind[@]}" -- "${real[@]}" --policy static)"
+      record E "$c" dd-no-sit-out "$r" \
+        "$(run $c-dd0-$r 2 "${bind[@]}" -- "${real[@]}" --policy dd --backup-workers 0)"
+      record E "$c" dd "$r" "$(run $c-dd-$r 2 "${bind[@]}" -- "${real[@]}" --policy dd)"
+      kill "$toggler" 2>/dev/null || true
+      wait "$toggler" 2>/dev/null || true
+      pkill -CONT -f "stress-ng --cpu 1 --taskset 1" 2>/dev/null || true
+      cleanup
+      tenant=
+    done
+  done
+fi
+if [[ " $parts " == *" F "* ]]; then
+  # F: the co-tenant goes: there for the first LIFT_AFTER seconds of runs of 2 x SECONDS_PER_RUN,
+  # then killed; how long after it went rank 1 rejoined for good, as in D.
+  lift=${LIFT_AFTER:-10}
+  whole=$((2 * secs))
+  b=${SHARE_BATCHES:-512}
+  real=(--synthetic-samples 65536 --synthetic-dim 64 --hidden 256,256 --global-batch "${b%% *}")
+  for r in $(seq 1 "$repeats"); do
+    tenant_on
+    sleep 1
+    (sleep "$lift"; pkill -f "stress-ng --cpu 1 --taskset 1") &
+    lifter=$!
+    secs=$whole run f-dd-$r 2 --bind-to core --map-by core -- "${real[@]}" --policy dd --metrics "$out/f-dd-$r.csv" \
+      >/dev/null
+    wait "$lifter" 2>/dev/null || true
+    cleanup
+    tenant=
+    rejoin_of f-dd-$r "$lift" "$whole" "$r" co-tenant
   done
 fi
 
@@ -203,26 +271,34 @@ for case in sorted({c for p, c, _ in med if p == "B"}):
         show("B", case, config, alone, "rank 0 by itself")
     if ("B", case, "static") in med:
         print(f"B {case:14s} dd (sitting out) over static: {med[('B', case, 'dd')] / med[('B', case, 'static')]:.2f}x")
-# C's cases are named B<batch>-quota<q>: rank 1's CPU quota.
-for case in sorted({c for p, c, _ in med if p == "C"}):
-    alone = med.get(("C", case, "alone"), 0.0)
-    for config in ("alone", "static", "dd-no-sit-out", "dd"):
-        show("C", case, config, alone, "rank 0 by itself")
+# C's cases are named B<batch>-quota<q>: rank 1's CPU quota; E's B<batch>-every<p>s.
+for part in ("C", "E"):
+    for case in sorted({c for p, c, _ in med if p == part}):
+        alone = med.get((part, case, "alone"), 0.0)
+        for config in ("alone", "static", "dd-no-sit-out", "dd"):
+            show(part, case, config, alone, "rank 0 by itself")
+        if (part, case, "static") in med:
+            print(f"{part} {case:14s} dd (sitting out) over static: "
+                  f"{med[(part, case, 'dd')] / med[(part, case, 'static')]:.2f}x")
 EOF
 if [ -s "$out/rejoin.tsv" ]; then
   python3 - "$out/rejoin.tsv" <<'EOF'
-import statistics, sys
+import collections, statistics, sys
 rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
-delays = []
-for r in rows:
+delays = collections.defaultdict(list)
+for what, repeat, delay, step, outs, rejoins in rows:
     try:
-        delays.append(float(r[1]))
+        delays[what].append(float(delay))
     except ValueError:
-        pass
-    print(f"D repeat {r[0]}: rejoined for good {r[1]} s after the quota went (step {r[2]}; sit-outs {r[3]}, rejoins {r[4]})")
-if delays:
-    print(f"D rejoin after the quota went: median {statistics.median(delays):.2f} s "
-          f"({min(delays):.2f}-{max(delays):.2f}, {len(delays)} of {len(rows)} runs)")
+        delays[what]
+    print(f"rejoin, {what} went, repeat {repeat}: rejoined for good {delay} s after (step {step}; sit-outs {outs}, "
+          f"rejoins {rejoins})")
+for what, d in delays.items():
+    runs = sum(1 for r in rows if r[0] == what)
+    if d:
+        print(f"rejoin after the {what} went: median {statistics.median(d):.2f} s ({min(d):.2f}-{max(d):.2f}, "
+              f"{len(d)} of {runs} runs)")
+    else:
+        print(f"rejoin after the {what} went: none to time in {runs} runs (the rows above say why)")
 EOF
 fi
-echo "sit-out: every run in $out/runs.tsv, logs and summaries beside it"
