@@ -27,7 +27,7 @@ struct Guard::Word {
   std::uint8_t kind = 0;
   std::uint8_t phase = 0;
   std::uint8_t error_kind = 0;
-  std::uint8_t reserved = 0;
+  std::uint8_t generation = 0;  // the sender Guard's (0: not yet shared)
   std::int32_t rank = 0;
   std::int64_t step = 0;
   char text[1008] = {};
@@ -183,11 +183,20 @@ Guard::Guard(MPI_Comm comm, double timeout_seconds, double spin_seconds, const s
     for (int r = 0; r < size_; ++r) nodes_.emplace_back(all.data() + static_cast<std::size_t>(r) * kWidth);
     root_node_ = node_;
   }
-  std::vector<char> root(kWidth, '\0');
-  if (rank_ == 0) node_.copy(root.data(), kWidth - 1);
-  ANTDT_CHECK_MPI(MPI_Ibcast(root.data(), kWidth, MPI_CHAR, 0, words_, &q));
+  std::vector<char> root(kWidth + 1, '\0');  // rank 0's node, then this Guard's generation
+  if (rank_ == 0) {
+    static std::uint8_t made = 0;
+    made = made == 255 ? 1 : static_cast<std::uint8_t>(made + 1);
+    node_.copy(root.data(), kWidth - 1);
+    root[kWidth] = static_cast<char>(made);
+  }
+  ANTDT_CHECK_MPI(MPI_Ibcast(root.data(), kWidth + 1, MPI_CHAR, 0, words_, &q));
   wait(std::span<MPI_Request>(&q, 1));
   root_node_ = root.data();
+  generation_ = static_cast<std::uint8_t>(root[kWidth]);
+  std::vector<Word> early;
+  early.swap(early_);
+  for (const Word& w : early) act(w);
 }
 
 std::string Guard::rank_name(int rank) const {
@@ -236,11 +245,11 @@ void Guard::answer(const Word& w) {
   Word out;
   int tag = 0, to = 0;
   if (rank_ == 0) {  // an ask: "are you alive?"
-    out = make_word(Word::alive, phase_, step_, 0);
+    out = word(Word::alive, phase_, step_, 0);
     tag = kToRank;
     to = w.rank;
   } else {  // a question: "where are you?"
-    out = make_word(Word::answer, phase_, step_, rank_);
+    out = word(Word::answer, phase_, step_, rank_);
     tag = kAnswer;
   }
   std::memcpy(outgoing_.data(), &out, sizeof out);
@@ -256,13 +265,29 @@ void Guard::serve() {
     Word w;
     std::memcpy(&w, incoming_.data(), sizeof w);
     post_receive();
-    if (w.kind == Word::stop) {
-      throw_shared_error(static_cast<ErrorKind>(w.error_kind), w.text, true);
+    if (generation_ == 0) {
+      early_.push_back(w);  // before the generation is shared (the constructor acts on it then)
+      continue;
     }
-    if (w.kind == Word::question || (rank_ == 0 && w.kind == Word::ask)) answer(w);
-    if (w.kind == Word::alive) alive_seen_ = true;               // needs no answer: wait() extends its patience
-    if (rank_ == 0 && w.kind == Word::left) left_.push_back(w);  // judged at rank 0's next wait
+    act(w);
   }
+}
+
+Guard::Word Guard::word(std::uint8_t kind, Phase phase, std::int64_t step, int rank) const {
+  Word w = make_word(kind, phase, step, rank);
+  w.generation = generation_;
+  return w;
+}
+
+void Guard::act(const Word& w) {
+  // An earlier Guard's word (0: a Guard's that had not shared its generation yet) is not ours.
+  if (w.generation != generation_ && w.generation != 0) return;
+  if (w.kind == Word::stop) {
+    throw_shared_error(static_cast<ErrorKind>(w.error_kind), w.text, true);
+  }
+  if (w.kind == Word::question || (rank_ == 0 && w.kind == Word::ask)) answer(w);
+  if (w.kind == Word::alive) alive_seen_ = true;               // needs no answer: wait() extends its patience
+  if (rank_ == 0 && w.kind == Word::left) left_.push_back(w);  // judged at rank 0's next wait
 }
 
 namespace {
@@ -285,7 +310,7 @@ void Guard::leave() {
   MPI_Finalized(&finalized);
   if (finalized != 0 || words_ == MPI_COMM_NULL || size_ == 1 || waits_abandoned()) return;
   if (send_ != MPI_REQUEST_NULL) MPI_Wait(&send_, MPI_STATUS_IGNORE);  // small: it has gone
-  const Word w = make_word(Word::left, phase_, step_, rank_);
+  const Word w = word(Word::left, phase_, step_, rank_);
   std::memcpy(outgoing_.data(), &w, sizeof w);
   ANTDT_CHECK_MPI(MPI_Isend(outgoing_.data(), kWordBytes, MPI_BYTE, 0, kAsk, words_, &send_));
   let_go({&send_, 1});
@@ -295,7 +320,7 @@ void Guard::tell_stop(const std::vector<std::int32_t>& ranks, const std::string&
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (rank_ != 0 || ranks.empty() || finalized != 0 || words_ == MPI_COMM_NULL || waits_abandoned()) return;
-  sent_.assign(1, make_word(Word::stop, phase_, step_, 0));
+  sent_.assign(1, word(Word::stop, phase_, step_, 0));
   sent_[0].error_kind = static_cast<std::uint8_t>(kind);
   set_text(sent_[0], why);
   std::vector<MPI_Request> sends;
@@ -367,7 +392,7 @@ void Guard::wait(std::span<MPI_Request> requests) {
       }
       if (asked < 0.0) {
         if (send_ != MPI_REQUEST_NULL) MPI_Wait(&send_, MPI_STATUS_IGNORE);
-        const Word ask = make_word(Word::ask, phase_, step_, rank_);
+        const Word ask = word(Word::ask, phase_, step_, rank_);
         std::memcpy(outgoing_.data(), &ask, sizeof ask);
         ANTDT_CHECK_MPI(MPI_Isend(outgoing_.data(), kWordBytes, MPI_BYTE, 0, kAsk, words_, &send_));
         asked = now;
@@ -393,7 +418,7 @@ void Guard::judge(std::span<MPI_Request> requests) {
   std::vector<MPI_Request> heard(static_cast<std::size_t>(size_), MPI_REQUEST_NULL);
   for (int r = 1; r < size_; ++r) {
     const auto i = static_cast<std::size_t>(r);
-    questions[i] = make_word(Word::question, phase_, step_, 0);
+    questions[i] = word(Word::question, phase_, step_, 0);
     ANTDT_CHECK_MPI(MPI_Irecv(&answers[i], kWordBytes, MPI_BYTE, r, kAnswer, words_, &heard[i]));
     ANTDT_CHECK_MPI(MPI_Isend(&questions[i], kWordBytes, MPI_BYTE, r, kToRank, words_, &asked[i]));
   }
@@ -487,7 +512,7 @@ void Guard::judge(std::span<MPI_Request> requests) {
     const auto i = static_cast<std::size_t>(r);
     std::vector<MPI_Request>& list = answered[i] != 0 ? told : told_silent;
     Word& stop = questions[static_cast<std::size_t>(size_) + i];
-    stop = make_word(Word::stop, phase_, step_, 0);
+    stop = word(Word::stop, phase_, step_, 0);
     stop.error_kind = static_cast<std::uint8_t>(kind);
     set_text(stop, what);
     list.emplace_back(MPI_REQUEST_NULL);

@@ -136,6 +136,9 @@ class Guard {
  private:
   void post_receive();
   void let_go(std::span<MPI_Request> sends);
+  // A word of this Guard's (its generation stamped in) and what serve() does with one heard.
+  [[nodiscard]] Word word(std::uint8_t kind, Phase phase, std::int64_t step, int rank) const;
+  void act(const Word& heard);
   void answer(const Word& question);
   // Rank 0, past the timeout: finds who stalled (or that the calls differ) and stops every rank;
   // returns only when every rank answered and `requests` completed meanwhile (a late rank).
@@ -160,6 +163,13 @@ class Guard {
   std::uint64_t naps_ = 0;
   bool alive_seen_ = false;  // rank 0 said it is alive since the wait's last test
   std::vector<Word> left_;   // rank 0: the words of ranks that said they left
+  // This Guard's generation, rank 0's count of the Guards it made (1 to 255, then 1 again),
+  // shared at construction and stamped in every word: a word of an earlier Guard, sent after the
+  // receiver freed that one's communicator, is delivered by Open MPI to a later communicator
+  // that gets its context id, and must not be taken for this one's (a stale "left" made rank 0
+  // stop a healthy next Job). 0 until shared: words heard before are kept in early_.
+  std::uint8_t generation_ = 0;
+  std::vector<Word> early_;
   bool capped_ = false;
   double quota_cores_ = 0.0;
   double quota_read_ = -1e300;  // when capped_ was read
