@@ -265,8 +265,11 @@ void Guard::serve() {
     Word w;
     std::memcpy(&w, incoming_.data(), sizeof w);
     post_receive();
-    if (generation_ == 0) {
-      early_.push_back(w);  // before the generation is shared (the constructor acts on it then)
+    // Before this Guard's generation is shared, a word of a Guard that has one waits for it (the
+    // constructor acts on it then, or drops an earlier Guard's); one of a Guard under
+    // construction too is acted on now (a stall in the constructor's own waits is judged so).
+    if (generation_ == 0 && w.generation != 0) {
+      early_.push_back(w);
       continue;
     }
     act(w);

@@ -167,7 +167,8 @@ class Guard {
   // shared at construction and stamped in every word: a word of an earlier Guard, sent after the
   // receiver freed that one's communicator, is delivered by Open MPI to a later communicator
   // that gets its context id, and must not be taken for this one's (a stale "left" made rank 0
-  // stop a healthy next Job). 0 until shared: words heard before are kept in early_.
+  // stop a healthy next Job). 0 until shared: words with a generation heard before are kept in
+  // early_.
   std::uint8_t generation_ = 0;
   std::vector<Word> early_;
   bool capped_ = false;
