@@ -174,7 +174,8 @@ double SitOut::trial_speed(std::span<const double> x, const std::vector<std::int
       others.push_back(x[i]);
   }
   const double last = x_at_sit_[rank];
-  if (others.empty() || !(last > 0.0)) return last > 0.0 ? last : (x.empty() ? 0.0 : x[rank]);
+  if (!(last > 0.0)) return x[rank];  // never timed when it sat out: what the Monitor has
+  if (others.empty()) return last;
   const double sum = std::accumulate(others.begin(), others.end(), 0.0);
   std::nth_element(others.begin(), others.begin() + static_cast<std::ptrdiff_t>(others.size() / 2), others.end());
   const double back = others[others.size() / 2];
