@@ -36,7 +36,7 @@ std::optional<Plan> DdPolicy::decide(const ControllerContext& ctx) {
       // would be followed by a change back. Only a jump well beyond noise counts (the best
       // of five noisy steps is the noise, and it made gains out of nothing on real compute).
       const detail::RankModel m = detail::rank_model(monitor, i, ctx.options.persistence);
-      x_[r] = m.throughput;
+      x_[r] = m.throughput > 0.0 ? m.throughput : fill;
       fixed_[r] = m.fixed;
       continue;
     }

@@ -436,10 +436,13 @@ double Monitor::recent_peak(int rank, int steps) const {
 RankComputeModel Monitor::compute_model(int rank) const {
   const auto r = checked(rank);
   RankComputeModel m;
-  m.intercept_samples = phi_[r];
   m.fits = fit_count_[r];
-  m.throughput = phi_[r] == 0.0 ? x_median_[r] : model_median_[r];
-  m.fixed_seconds = m.throughput > 0.0 ? phi_[r] / m.throughput : 0.0;
+  // A negative intercept takes samples away: a window of batches at or below it (a convex rank
+  // given a small share) has no step the line times, so the rank is timed at its plain speed.
+  const bool line = phi_[r] != 0.0 && model_count_[r] > 0;
+  m.intercept_samples = line ? phi_[r] : 0.0;
+  m.throughput = line ? model_median_[r] : x_median_[r];
+  m.fixed_seconds = m.throughput > 0.0 ? m.intercept_samples / m.throughput : 0.0;
   return m;
 }
 

@@ -227,6 +227,30 @@ TEST(Monitor, ComputeModelsOfConvexAndFlatRanks) {
   EXPECT_EQ(m.compute_model(1).intercept_samples, 0.0);
 }
 
+// A rank whose batch falls below the samples its negative intercept takes away (a convex rank
+// given a small share) has no positive model throughput in its window: it is then timed at its
+// plain median speed, never at 0 (the planner refuses a rank at 0 samples/s, which stopped a dd
+// run of 2 ranks on a loaded machine).
+TEST(Monitor, ARankBelowItsNegativeInterceptKeepsAPositiveSpeed) {
+  Monitor m(1, 20);
+  std::int64_t step = 0;
+  for (; step < 40; ++step) {
+    const double b = step < 20 ? 200.0 : 300.0;
+    const RankStepStats s = timed(static_cast<std::int64_t>(b), b / 1000.0 * (1.0 + b / 1000.0));
+    m.record(step, std::span(&s, 1));
+  }
+  ASSERT_LT(m.compute_model(0).intercept_samples, -30.0);
+  for (int i = 0; i < 40; ++i, ++step) {  // scattered times at 20 samples: no new fit
+    const RankStepStats s = timed(20, i % 2 == 0 ? 0.02 : 0.06);
+    m.record(step, std::span(&s, 1));
+    const auto model = m.compute_model(0);
+    ASSERT_GT(model.throughput, 0.0) << "step " << step;
+    ASSERT_TRUE(std::isfinite(model.seconds(20))) << "step " << step;
+  }
+  EXPECT_GT(m.compute_model(0).seconds(20), 0.0) << "a window of 20-sample steps alone times them";
+  EXPECT_EQ(m.compute_model(0).throughput, m.throughput(0));
+}
+
 // A transient inside a batch level scatters its times: no fit is made from it.
 TEST(Monitor, NoFitFromALevelWithATransient) {
   Monitor m(1, 20);
