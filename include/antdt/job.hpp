@@ -201,7 +201,7 @@ class Job {
   // --- Where the run stands ---------------------------------------------------------------
   [[nodiscard]] int exit_code() const noexcept;         // 0, kExitRestart (75) or kExitStopped (76)
   [[nodiscard]] std::int64_t step() const noexcept;     // the step under way (or next)
-  [[nodiscard]] std::int64_t epoch() const noexcept;    // epochs completed
+  [[nodiscard]] std::int64_t epoch() const noexcept;    // the epoch of the step under way (0-based)
   [[nodiscard]] const StepWork& work() const noexcept;  // this rank's part of the step under way
   [[nodiscard]] bool resumed() const noexcept;          // the first next_step resumed a checkpoint
   [[nodiscard]] bool stopped() const noexcept;          // ended on a stop signal

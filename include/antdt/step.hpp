@@ -13,7 +13,7 @@ namespace antdt {
 // This rank's work for one step.
 struct StepWork {
   std::int64_t step = 0;                    // 0-based global step
-  std::int64_t epoch = 0;                   // lowest epoch not yet complete (informational)
+  std::int64_t epoch = 0;                   // the epoch the step draws from (0-based; carried samples aside)
   std::vector<std::int64_t> samples;        // sample indices, in order
   std::vector<std::int64_t> micro_batches;  // sizes of the accumulation micro-steps; sum == samples.size()
   std::int64_t plan_version = 0;

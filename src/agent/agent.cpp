@@ -104,7 +104,7 @@ StepWork Agent::begin() {
   const Plan& p = plan();
   StepWork w;
   w.step = step_;
-  w.epoch = completed_epochs_;
+  w.epoch = stream_.cursor() / stream_.dataset_size();  // where the data order stands: this step's epoch
   w.plan_version = p.version;
   if (p.pooled && !pool_.pooled) throw UsageError("a plan pools its steps, but this job has no pool (PoolOptions)");
   step_pooled_ = w.pooled = p.pooled;

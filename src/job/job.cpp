@@ -633,6 +633,8 @@ struct Job::Impl {
     sum.job_id = launch.job_id;
     sum.wall_seconds = wall;
     summarize_session(*session, sum);
+    // Where the gradients were reduced: a bridge that knows the model's device says so in its hook.
+    sum.backend = device_reduction ? "cuda" : "host";
     if (device_reduction) sum.reducer = std::string(device_reduction->reducer());
     sum.segment = segment;
     sum.segment_first_step = step_at_start;
@@ -897,7 +899,7 @@ int Job::exit_code() const noexcept {
 }
 
 std::int64_t Job::step() const noexcept { return impl_->session->step(); }
-std::int64_t Job::epoch() const noexcept { return impl_->last.completed_epochs; }
+std::int64_t Job::epoch() const noexcept { return impl_->work.epoch; }
 const StepWork& Job::work() const noexcept { return impl_->work; }
 bool Job::resumed() const noexcept { return impl_->resumed; }
 bool Job::stopped() const noexcept { return impl_->session->stopped(); }

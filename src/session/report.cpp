@@ -274,7 +274,8 @@ std::string summary_text(const RunSummary& s) {
       << " of the training set, " << s.eval_non_finite_dropped << " of the evaluation set\n";
   }
   o << std::setprecision(5) << "final training loss " << s.final_loss;
-  if (s.eval_accuracy) o << ", eval loss " << *s.eval_loss << ", eval accuracy " << *s.eval_accuracy;
+  if (s.eval_loss) o << ", eval loss " << *s.eval_loss;
+  if (s.eval_accuracy) o << ", eval accuracy " << *s.eval_accuracy;
   o << "\n";
   return o.str();
 }

@@ -466,6 +466,12 @@ struct Session::Impl {
       summary.step = report->step;
     }
     summary.plan_changed = plan_changed;
+    // A round that brings no reply (the step passed while rank 0 decides it) still tells where
+    // the run stands: the epochs completed and the end, as the last reply left them.
+    summary.completed_epochs = agent.completed_epochs();
+    summary.finished = agent.finished();
+    summary.stopped = agent.stopped();
+    summary.restart = agent.restart_requested();
     return summary;
   }
 

@@ -78,6 +78,9 @@ class Options(TempDirTest):
         with self.assertRaises(antdt.UsageError) as c:
             antdt.Job(dataset_size=100, global_bacth=8, steps=1)
         self.assertIn("unknown option 'global_bacth' (did you mean 'global_batch'?)", str(c.exception))
+        with self.assertRaises(antdt.UsageError) as c:
+            antdt.Job(dataset_size=100, global_batch=8, steps=1, checkpoint_every_steps=5)
+        self.assertIn("unknown option 'checkpoint_every_steps' (did you mean 'checkpoint_every'?)", str(c.exception))
         with self.assertRaises(antdt.UsageError):
             antdt.Job(dataset_size=100, **{"global-batch": 8}, steps=1)
         with self.assertRaises(antdt.UsageError) as c:
@@ -495,6 +498,55 @@ class Stop(TempDirTest):
         self.assertEqual(len(self.checkpoints(ckpt)), 1)
         with open(ckpt + ".json") as f:
             self.assertIn('"stopped_by": "SIGTERM"', f.read().replace('":"', '": "'))
+
+
+PROGRESS_SCRIPT = r"""
+import json, sys
+import numpy as np
+import antdt
+
+def main(ckpt, out):
+    job = antdt.Job(dataset_size=1000, global_batch=100, epochs=2, policy="dd", checkpoint_dir=ckpt,
+                    checkpoint_every=5)
+    steps, summaries = [], []
+    job.on_step_end(lambda s: summaries.append([s.step, s.totals_step, s.samples, s.completed_epochs, s.finished]))
+    job.on_report(lambda r: setattr(r, "eval_accuracy", 0.5))
+    g = np.zeros(4, dtype=np.float32)
+    while job.next_step():
+        steps.append([job.step, job.epoch])
+        for idx in job.micro_batches():
+            g += len(idx)
+        job.add_loss(1.0)
+        job.reduce(g)
+    with open(f"{out}.{job.rank}", "w") as f:
+        json.dump({"steps": steps, "summaries": summaries}, f)
+    return job.exit_code
+sys.exit(antdt.run_main(main, sys.argv[1], sys.argv[2]))
+"""
+
+
+class Progress(TempDirTest):
+    def test_epoch_summaries_and_report_say_where_the_run_stands(self):
+        """Issue 42: with the reply lag, job.epoch read 1 at step 10 and 0 at steps 11 and 16, the
+        summaries of rounds that brought no reply said 0 epochs completed, and the report printed
+        "eval loss 0.00000" (never set) and an empty backend."""
+        s = script(self.dir, "progress.py", PROGRESS_SCRIPT)
+        out = self.path("out")
+        r = mpirun(2, PY, s, self.path("ckpt"), out)
+        self.assertEqual(r.returncode, 0, r.stderr[-3000:])
+        for rank in (0, 1):
+            with open(f"{out}.{rank}") as f:
+                got = json.load(f)
+            self.assertEqual(got["steps"], [[t, t * 100 // 1000] for t in range(20)], f"rank {rank}")
+            done = [c for _, _, _, c, _ in got["summaries"]]
+            self.assertEqual(done, sorted(done), f"rank {rank}: epochs completed went back: {done}")
+            self.assertEqual(done[-1], 2)
+            self.assertTrue(got["summaries"][-1][4])
+            for step, totals_step, samples, _, _ in got["summaries"]:
+                self.assertEqual(samples, 100 if totals_step >= 0 else 0, f"rank {rank}, step {step}")
+        self.assertIn("backend host", r.stdout)
+        self.assertIn("eval accuracy 0.5", r.stdout)
+        self.assertNotIn("eval loss", r.stdout)
 
 
 class Mpi4py(TempDirTest):

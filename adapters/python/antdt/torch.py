@@ -336,6 +336,9 @@ class Bridge:
             _add_tensor_state(job, f"{prefix}/buffers/{name}", b)
         job.add_state(prefix + "/optimizer", save=lambda: save_optimizer(optimizer),
                       load=lambda data: load_optimizer(optimizer, data))
+        # The report's backend is the model's device (the Job knows only where it reduced).
+        backend = "cuda" if any(p.is_cuda for p in model.parameters()) else "host"
+        job.on_report(lambda summary: setattr(summary, "backend", backend))
 
     def zero_grad(self):
         """Local: zeroes the gradients before a step's first backward (optimizer.zero_grad() and

@@ -285,6 +285,10 @@ antdt::JobOptions parse_options(const py::dict& given, bool flags_style) {
         const auto d = edit_distance(keyword, candidate);
         if (d < best_distance) best_distance = d, best = candidate;
       }
+      // Else the longest option the keyword begins with (checkpoint_every_steps: checkpoint_every).
+      for (const auto& candidate : keywords_of(app)) {
+        if (best_distance == 3 && keyword.rfind(candidate, 0) == 0 && candidate.size() > best.size()) best = candidate;
+      }
       throw antdt::UsageError("unknown option '" + keyword + "'" +
                               (best.empty() ? "" : " (did you mean '" + best + "'?)") +
                               "; the options are listed in docs/python.md (antdt.option_names())");
@@ -650,6 +654,7 @@ PYBIND11_MODULE(_antdt, m) {
 
   py::class_<antdt::StepSummary>(m, "StepSummary", "What a step came to, the same on every rank")
       .def_readonly("step", &antdt::StepSummary::step)
+      .def_readonly("totals_step", &antdt::StepSummary::totals_step)
       .def_readonly("samples", &antdt::StepSummary::samples)
       .def_readonly("loss_sum", &antdt::StepSummary::loss_sum)
       .def_readonly("correct", &antdt::StepSummary::correct)
@@ -676,6 +681,7 @@ PYBIND11_MODULE(_antdt, m) {
       .def_readonly("final_split", &antdt::RunSummary::final_split)
       .def_readonly("final_loss", &antdt::RunSummary::final_loss)
       .def_readonly("stopped", &antdt::RunSummary::stopped)
+      .def_readwrite("backend", &antdt::RunSummary::backend)
       .def_readwrite("eval_loss", &antdt::RunSummary::eval_loss)
       .def_readwrite("eval_accuracy", &antdt::RunSummary::eval_accuracy)
       .def_readwrite("parameter_checksum", &antdt::RunSummary::parameter_checksum);
