@@ -51,9 +51,10 @@ foreach(f share/doc/antdt/README.md share/doc/antdt/job.md share/doc/antdt/error
   endif()
 endforeach()
 # A user's project: the examples as installed (share/antdt/examples), built against the
-# installed package alone (find_package(antdt COMPONENTS cli)).
+# installed package alone (find_package(antdt COMPONENTS cli)); the libtorch example is
+# torch.install_consumer's.
 run(${CMAKE_COMMAND} -S ${prefix}/share/antdt/examples -B ${WORK_DIR}/build -G ${CMAKE_GENERATOR}
-    -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release
+    -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release -DCMAKE_DISABLE_FIND_PACKAGE_Torch=TRUE
     "-DCMAKE_CXX_FLAGS=${CONSUMER_CXX_FLAGS}" "-DCMAKE_EXE_LINKER_FLAGS=${CONSUMER_LINKER_FLAGS}")
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
 run(${MPIEXEC} -n 3 --oversubscribe --allow-run-as-root ${WORK_DIR}/build/antdt-example-least-squares --steps 150

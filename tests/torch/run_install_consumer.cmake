@@ -19,3 +19,21 @@ message("${out}")
 if(NOT out MATCHES "antdt torch consumer OK: 8 gradient values")
   message(FATAL_ERROR "the consumer did not report success")
 endif()
+# The installed examples project builds the libtorch example too (find_package(antdt COMPONENTS
+# cli OPTIONAL_COMPONENTS torch)), and it trains from the moved prefix.
+execute_process(COMMAND ${CMAKE_COMMAND} -S ${prefix}/share/antdt/examples -B ${WORK_DIR}/examples
+                        -G ${CMAKE_GENERATOR} -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release
+                OUTPUT_QUIET COMMAND_ERROR_IS_FATAL ANY)
+execute_process(COMMAND ${CMAKE_COMMAND} --build ${WORK_DIR}/examples --target antdt-example-torch-cnn
+                COMMAND_ERROR_IS_FATAL ANY)
+execute_process(COMMAND ${prefix}/bin/antdt-datagen --kind digits -n 256 -o ${WORK_DIR}/digits.h5 OUTPUT_QUIET
+                COMMAND_ERROR_IS_FATAL ANY)
+execute_process(COMMAND ${CMAKE_COMMAND} -E env --unset=LD_LIBRARY_PATH ${WORK_DIR}/examples/antdt-example-torch-cnn
+                        --data ${WORK_DIR}/digits.h5 --global-batch 64 --steps 2 --quiet
+                        --summary-json ${WORK_DIR}/torch-cnn.json
+                COMMAND_ERROR_IS_FATAL ANY)
+file(READ ${WORK_DIR}/torch-cnn.json summary)
+if(NOT summary MATCHES "\"samples\": 128,")
+  message(FATAL_ERROR "the installed libtorch example did not train 2 steps of 64 samples:\n${summary}")
+endif()
+message("the installed examples project built and ran the libtorch example")
