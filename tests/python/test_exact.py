@@ -224,6 +224,68 @@ def rank_main():
     print("exact OK", flush=True)
 
 
+STEPS = 300
+
+
+def sit_out_main(policy, out):
+    """One run of SitOut's: 3 ranks, rank 2 emulated at 0.02 of the others' speed (virtual
+    device); every rank saves its final parameters to OUT.RANK.npy."""
+    import numpy as np
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    import antdt
+    import antdt.torch
+
+    torch.set_num_threads(1)
+    g = torch.Generator().manual_seed(5)
+    images, labels = torch.rand(N, 1, 12, 12, generator=g), torch.randint(0, 10, (N,), generator=g)
+    torch.manual_seed(1)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(144, 32), nn.ReLU(), nn.Linear(32, 10))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    slow = dict(emulate_speed=[1, 1, 0.02], virtual_device=0.0002) if policy == "dd" else {}  # static: same maths
+    job = antdt.Job(dataset_size=N, global_batch=B, steps=STEPS, policy=policy, min_interval=5, quiet=True,
+                    summary_json=out + ".json", **slow)
+    bridge = antdt.torch.Bridge(job, model, optimizer)
+    while job.next_step():
+        bridge.zero_grad()
+        for idx in job.micro_batches():
+            F.cross_entropy(model(images[idx]), labels[idx], reduction="sum").backward()
+        bridge.step()
+    np.save(f"{out}.{job.rank}.npy", torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy())
+    return job.exit_code
+
+
+class SitOut(unittest.TestCase):
+    def test_a_rank_that_sits_out_and_rejoins_leaves_the_bridges_model_as_static_trains_it(self):
+        """Backup workers under the Python bridge: rank 2 sits out (it costs more than it gives),
+        rejoins for trials and takes rank 0's model and optimizer state each time; every rank
+        ends with the parameters of static, which trained the same samples at every step."""
+        import json
+        import tempfile
+
+        import numpy as np
+
+        out = tempfile.mkdtemp(prefix="antdt-sit-out-")
+        params = {}
+        for policy in ("static", "dd"):
+            r = mpirun(3, PY, __file__, BUILD, SOURCE, "--sit-out", policy, f"{out}/{policy}", timeout=400)
+            self.assertEqual(r.returncode, 0, r.stdout[-3000:] + r.stderr[-3000:])
+            params[policy] = [np.load(f"{out}/{policy}.{rank}.npy") for rank in range(3)]
+        with open(f"{out}/dd.json") as f:
+            s = json.load(f)
+        print(f"sit-outs {s['sit_outs']}, rejoins {s['rejoins']}", file=sys.stderr)
+        self.assertGreaterEqual(s["sit_outs"], 2, s["plans"])
+        self.assertGreaterEqual(s["rejoins"], 1, s["plans"])
+        self.assertEqual((s["duplicated_samples"], s["missing_samples"]), (0, 0))
+        static = params["static"][0]
+        scale = np.abs(static).max()
+        for rank in range(3):
+            self.assertEqual(params["static"][rank].tobytes(), static.tobytes())
+            self.assertLessEqual(np.abs(params["dd"][rank] - static).max(), TOLERANCE * scale, f"rank {rank}")
+
+
 class Exact(unittest.TestCase):
     def test_each_step_equals_plain_pytorch_on_the_global_batch(self):
         for np_ in (1, 2, 3, 4):
@@ -238,5 +300,8 @@ if __name__ == "__main__":
     require("numpy", "torch")
     if sys.argv[-1] == "--ranks":
         rank_main()
+    elif len(sys.argv) > 3 and sys.argv[-3] == "--sit-out":
+        import antdt
+        sys.exit(antdt.run_main(sit_out_main, sys.argv[-2], sys.argv[-1]))
     else:
         unittest.main()
