@@ -29,7 +29,7 @@ import torch
 
 from . import CheckpointError, Hdf5Dataset, UsageError
 
-__all__ = ["Bridge", "Gradients", "Dataset", "StepBatches", "checksum", "save_optimizer", "load_optimizer"]
+__all__ = ["Bridge", "Gradients", "Dataset", "StepBatches", "checksum", "save_optimizer", "load_optimizer", "add_state"]
 
 
 def _describe(t):
@@ -149,22 +149,23 @@ class Gradients:
 
 
 _OPTIMIZER_MAGIC = b"antdt-optimizer 1\n"
+_STATE_MAGIC = b"antdt-state 1\n"
 
 
-def _encode(value, tensors):
+def _encode(value, tensors, what="the optimizer's state"):
     """Plain data for json: a tensor becomes {"t": its index in tensors}, the rest keeps its type."""
     if isinstance(value, torch.Tensor):
         tensors.append(value.detach().to("cpu").contiguous())
         return {"t": len(tensors) - 1}
     if isinstance(value, dict):
-        return {"d": [[_encode(k, tensors), _encode(v, tensors)] for k, v in value.items()]}
+        return {"d": [[_encode(k, tensors, what), _encode(v, tensors, what)] for k, v in value.items()]}
     if isinstance(value, tuple):
-        return {"tuple": [_encode(v, tensors) for v in value]}
+        return {"tuple": [_encode(v, tensors, what) for v in value]}
     if isinstance(value, list):
-        return {"list": [_encode(v, tensors) for v in value]}
+        return {"list": [_encode(v, tensors, what) for v in value]}
     if value is None or isinstance(value, (bool, int, float, str)):
         return {"v": value}
-    raise UsageError(f"the optimizer's state holds a {type(value).__name__}, which a checkpoint cannot store "
+    raise UsageError(f"{what} holds a {type(value).__name__}, which a checkpoint cannot store "
                      "(tensors, numbers, strings, lists, tuples and dicts only)")
 
 
@@ -192,23 +193,29 @@ def _dtype(name):
     return dtype
 
 
+def _save_state(state, magic, what):
+    """A state_dict as bytes: a json header of plain data and each tensor's dtype and shape, then
+    the tensors' raw bytes. No pickle: loading it runs no code."""
+    tensors = []
+    tree = _encode(state, tensors, what)
+    meta = [{"dtype": str(t.dtype).replace("torch.", ""), "shape": list(t.shape)} for t in tensors]
+    header = json.dumps({"state": tree, "tensors": meta}).encode()
+    raw = [t.reshape(-1).view(torch.uint8).numpy().tobytes() for t in tensors]
+    return b"".join([magic, len(header).to_bytes(8, "little"), header, *raw])
+
+
 def save_optimizer(optimizer):
     """An optimizer's state (its moments, step counts and each group's options) as bytes: a json
     header of plain data and each tensor's dtype and shape, then the tensors' raw bytes. No
     pickle: loading it runs no code, whatever a damaged or planted checkpoint holds."""
-    tensors = []
-    tree = _encode(optimizer.state_dict(), tensors)
-    meta = [{"dtype": str(t.dtype).replace("torch.", ""), "shape": list(t.shape)} for t in tensors]
-    header = json.dumps({"state": tree, "tensors": meta}).encode()
-    raw = [t.reshape(-1).view(torch.uint8).numpy().tobytes() for t in tensors]
-    return b"".join([_OPTIMIZER_MAGIC, len(header).to_bytes(8, "little"), header, *raw])
+    return _save_state(optimizer.state_dict(), _OPTIMIZER_MAGIC, "the optimizer's state")
 
 
-def _parse_optimizer(data):
+def _parse_optimizer(data, magic=_OPTIMIZER_MAGIC):
     data = bytes(data)
-    if not data.startswith(_OPTIMIZER_MAGIC):
-        raise ValueError("not antdt's optimizer format (a checkpoint of an older antdt, or damaged)")
-    at = len(_OPTIMIZER_MAGIC)
+    if not data.startswith(magic):
+        raise ValueError("not antdt's format (a checkpoint of an older antdt, or damaged)")
+    at = len(magic)
     size = int.from_bytes(data[at:at + 8], "little")
     at += 8
     head = json.loads(data[at:at + size].decode())
@@ -239,6 +246,26 @@ def load_optimizer(optimizer, data):
     except (ValueError, KeyError, RuntimeError) as e:
         raise CheckpointError(f"the checkpoint's optimizer state does not fit this optimizer ({e}): resume with the "
                               "same model and optimizer") from None
+
+
+def add_state(job, name, obj):
+    """Puts ``obj.state_dict()`` in the job's checkpoints under ``name`` (before the first
+    next_step), and on a resume gives it back with ``obj.load_state_dict()``: an LR scheduler, a
+    GradScaler, anything whose state is tensors and plain data (numbers, strings, lists, tuples,
+    dicts). Stored without pickle, as the optimizer's state is: a resume runs no code."""
+    what = f"the state of {name!r} ({type(obj).__name__})"
+
+    def load(data):
+        try:
+            state = _parse_optimizer(data, _STATE_MAGIC)
+        except (ValueError, KeyError, TypeError, IndexError, UnicodeDecodeError, RuntimeError) as e:
+            raise CheckpointError(f"the checkpoint's {what} cannot be read ({e})") from None
+        try:
+            obj.load_state_dict(state)
+        except (ValueError, KeyError, TypeError, RuntimeError) as e:
+            raise CheckpointError(f"the checkpoint's {what} does not fit this program's ({e})") from None
+
+    job.add_state(name, save=lambda: _save_state(obj.state_dict(), _STATE_MAGIC, what), load=load)
 
 
 def _layout(model, optimizer):
