@@ -9,9 +9,12 @@
 #  B. real sharing: 2 ranks of antdt-train bound to cores 0 and 1 (the MLP 64,256,256,10 on
 #     synthetic data), and a CPU-bound co-tenant (stress-ng --cpu 1) pinned to core 1 at nice 0 and
 #     at nice -10; at each B of BATCHES (default 64 and 2048: steps of about 2 ms and 80 ms on the
-#     machine of 2026-12-07, where rank 0 by itself trains 23-34k samples/s). static,
+#     machine of the morning of 2026-12-07, where rank 0 by itself trained 23-34k samples/s; by the
+#     evening it trained about 150k, and long steps needed BATCHES=10240, about 65 ms). static,
 #     dd --backup-workers 0, dd (default) and rank 0 by itself (1 rank on core 0, the same B).
-#     Printed: each over rank 0 by itself, and the default over static.
+#     Printed: each over rank 0 by itself, and the default over static. B_EXTRA adds configs to
+#     each round: nd, auto, and fixed splits given as rank 0's fraction of B (B_EXTRA="nd auto
+#     0.67 0.9"); the best fixed split's median is then printed beside dd's.
 #  C. real sharing: the same 2 ranks, rank 1 under a cgroup v1 CPU quota of QUOTA of a core
 #     (default 0.25; period 4 ms) instead of a co-tenant, at each B of QUOTA_BATCHES (default
 #     512: at B 64 this machine's steps are 0.4 ms, and 2 ranks cost more than 1 even without a
@@ -94,6 +97,7 @@ fi
 
 if [[ " $parts " == *" B "* ]]; then
   bind=(--bind-to core --map-by core)
+  b_extra=${B_EXTRA:-}
   for b in $batches; do
     real=(--synthetic-samples 65536 --synthetic-dim 64 --hidden 256,256 --global-batch "$b")
     for nice in 0 -10; do
@@ -107,6 +111,15 @@ if [[ " $parts " == *" B "* ]]; then
         record B "$c" dd-no-sit-out "$r" \
           "$(run $c-dd0-$r 2 "${bind[@]}" -- "${real[@]}" --policy dd --backup-workers 0)"
         record B "$c" dd "$r" "$(run $c-dd-$r 2 "${bind[@]}" -- "${real[@]}" --policy dd)"
+        for extra in $b_extra; do
+          case $extra in
+            nd | auto) record B "$c" "$extra" "$r" "$(run $c-$extra-$r 2 "${bind[@]}" -- "${real[@]}" --policy "$extra")" ;;
+            *) # a fixed split: rank 0's fraction of B
+              local0=$(python3 -c "print(max(1, min($b - 1, round($extra * $b))))")
+              record B "$c" "fixed-$extra" "$r" "$(run $c-fixed$extra-$r 2 "${bind[@]}" -- "${real[@]}" --policy static \
+                --fixed-split "$local0,$((b - local0))")" ;;
+          esac
+        done
         cleanup
         tenant=
       done
@@ -267,10 +280,17 @@ for case in sorted({c for p, c, _ in med if p == "A"}):
 # B's cases are named B<batch>-nice<n>: the co-tenant's nice level on rank 1's core.
 for case in sorted({c for p, c, _ in med if p == "B"}):
     alone = med.get(("B", case, "alone"), 0.0)
-    for config in ("alone", "static", "dd-no-sit-out", "dd"):
+    fixed = sorted(c for p, k, c in med if p == "B" and k == case and c.startswith("fixed-"))
+    for config in ("alone", "static", "dd-no-sit-out", "dd", "nd", "auto", *fixed):
         show("B", case, config, alone, "rank 0 by itself")
     if ("B", case, "static") in med:
         print(f"B {case:14s} dd (sitting out) over static: {med[('B', case, 'dd')] / med[('B', case, 'static')]:.2f}x")
+    if fixed:
+        best = max(fixed, key=lambda c: med[("B", case, c)])
+        for config in ("dd", "nd", "auto"):
+            if ("B", case, config) in med:
+                print(f"B {case:14s} {config} over the best fixed split ({best}): "
+                      f"{med[('B', case, config)] / med[('B', case, best)]:.3f}")
 # C's cases are named B<batch>-quota<q>: rank 1's CPU quota; E's B<batch>-every<p>s.
 for part in ("C", "E"):
     for case in sorted({c for p, c, _ in med if p == part}):
