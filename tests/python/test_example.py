@@ -131,7 +131,7 @@ class LibtorchSitOut(Example):
         runs = {"static": (), "dd": ("--policy", "dd", "--emulate-speed", "1,1,0.02", "--virtual-device", 0.0002,
                                      "--min-interval", 5, "--rejoin-after", 0.2)}
         for name, extra in runs.items():
-            r = mpirun(3, TORCH_EXAMPLE, *self.args(name, *extra, "--lr", 0.01, steps=100), timeout=600)
+            r = mpirun(3, TORCH_EXAMPLE, *self.args(name, *extra, "--lr", 0.01, steps=160), timeout=600)
             self.assertEqual(r.returncode, 0, r.stderr[-3000:])
         s = self.summary("dd")
         print(f"sit-outs {s['sit_outs']}, rejoins {s['rejoins']}", file=sys.stderr)
