@@ -328,7 +328,11 @@ struct Session::Impl {
     if (joiner) {
       agent.resume(state, ledger);
       ++rejoins;
-      ANTDT_LOG(info) << "rejoins at step " << state.step;
+      if (state.finished) {
+        ANTDT_LOG(info) << "rejoins for the end of the run, after step " << state.step - 1;
+      } else {
+        ANTDT_LOG(info) << "rejoins at step " << state.step;
+      }
     }
     if (share_state) share_state();
   }
