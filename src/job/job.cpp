@@ -865,9 +865,23 @@ void Job::broadcast(std::span<std::byte> bytes, int root) {
       throw UsageError("Job::broadcast: root " + std::to_string(root) + " is not a rank of this " +
                        std::to_string(size()) + "-rank job");
     }
+    // While ranks sit out, the steps' communicator holds the others, in rank order.
+    int at = root;
+    if (s.session && !s.session->sitting_ranks().empty()) {
+      const auto& sitting = s.session->sitting_ranks();
+      const auto before = std::lower_bound(sitting.begin(), sitting.end(), root);
+      if (before != sitting.end() && *before == root) {  // every rank that takes part sees it: rank 0 says it
+        detail::throw_shared_error(detail::ErrorKind::usage,
+                                   "Job::broadcast: root " + std::to_string(root) +
+                                       " sits out at this step (backup workers, docs/nd.md): broadcast from rank 0, "
+                                       "which never sits out, or turn sitting out off (--backup-workers 0)",
+                                   !s.root());
+      }
+      at = root - static_cast<int>(before - sitting.begin());
+    }
     for (std::size_t done = 0; done < bytes.size();) {  // MPI counts are ints
       const auto n = std::min<std::size_t>(bytes.size() - done, std::size_t{1} << 30);
-      detail::bcast(bytes.data() + done, static_cast<int>(n), MPI_BYTE, root, s.comm());
+      detail::bcast(bytes.data() + done, static_cast<int>(n), MPI_BYTE, at, s.comm());
       done += n;
     }
   });

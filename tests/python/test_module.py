@@ -188,6 +188,33 @@ class Errors(TempDirTest):
         self.assertIn("one: error (rank 1): KeyError: 'only rank 1 fails'", r.stderr)
         self.assertIn("Traceback", r.stderr, "a Python failure keeps its traceback")
 
+    def test_a_broadcast_while_a_rank_sits_out(self):
+        """A root after a rank that sits out is that root (the steps' communicator then holds the
+        others: MPI_ERR_ROOT before, an MPI error of antdt's own guard); a root that sits out is
+        exit 2 and one line."""
+        s = script(self.dir, "sitting-root.py", """
+            import sys, numpy as np, antdt
+            def main():
+                job = antdt.Job(dataset_size=48000, global_batch=48, steps=2000, policy="dd",
+                                emulate_speed=[1, 0.02, 1], virtual_device=0.0002, min_interval=5, quiet=True)
+                g = np.zeros(4, np.float32)
+                while job.next_step():
+                    for idx in job.micro_batches():
+                        g += 1
+                    job.reduce(g)
+                    a = np.array([job.rank], np.int64)
+                    job.broadcast(a, root=2)
+                    assert a[0] == 2, a
+                    if job.split[1] == 0:  # rank 1 sits out
+                        print("root 2 while rank 1 sits out: got", a[0], flush=True)
+                        job.broadcast(a, root=1)
+                return job.exit_code
+            sys.exit(antdt.run_main(main, program="sitting-root"))
+        """)
+        r = mpirun(3, PY, s, timeout=240)
+        self.assertIn("root 2 while rank 1 sits out: got 2", r.ranks[0])
+        self.assertOneError(r, EXIT_USAGE, "sitting-root", "Job::broadcast: root 1 sits out at this step")
+
     def test_collectives_the_ranks_call_differently_are_exit_2_and_one_line(self):
         """Issue 44, item 5: these ended in Open MPI's MPI_ERR_TRUNCATE (exit 15, no word of
         antdt's) or, with different roots, passed silently with exit 0."""
