@@ -227,22 +227,29 @@ def rank_main():
 STEPS = 150
 
 
-def sit_out_main(policy, out):
-    """One run of SitOut's: 3 ranks, rank 2 emulated at 0.02 of the others' speed (virtual
-    device); every rank saves its final parameters to OUT.RANK.npy."""
-    import numpy as np
+def small_mlp():
+    """SitOut's and LrSchedule's data (the images of rank_main) and a small MLP, seeded alike."""
     import torch
     import torch.nn as nn
-    import torch.nn.functional as F
-
-    import antdt
-    import antdt.torch
 
     torch.set_num_threads(1)
     g = torch.Generator().manual_seed(5)
     images, labels = torch.rand(N, 1, 12, 12, generator=g), torch.randint(0, 10, (N,), generator=g)
     torch.manual_seed(1)
-    model = nn.Sequential(nn.Flatten(), nn.Linear(144, 32), nn.ReLU(), nn.Linear(32, 10))
+    return images, labels, nn.Sequential(nn.Flatten(), nn.Linear(144, 32), nn.ReLU(), nn.Linear(32, 10))
+
+
+def sit_out_main(policy, out):
+    """One run of SitOut's: 3 ranks, rank 2 emulated at 0.02 of the others' speed (virtual
+    device); every rank saves its final parameters to OUT.RANK.npy."""
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+
+    import antdt
+    import antdt.torch
+
+    images, labels, model = small_mlp()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9)  # (at 0.1 rounding grows to 1e-5)
     slow = dict(emulate_speed=[1, 1, 0.02], virtual_device=0.0002, rejoin_after=0.2) if policy == "dd" else {}
     job = antdt.Job(dataset_size=N, global_batch=B, steps=STEPS, policy=policy, min_interval=5, quiet=True,
@@ -302,11 +309,7 @@ def schedule_main(out, ckpt, stop_at, keep_scheduler):
     import antdt
     import antdt.torch
 
-    torch.set_num_threads(1)
-    g = torch.Generator().manual_seed(5)
-    images, labels = torch.rand(N, 1, 12, 12, generator=g), torch.randint(0, 10, (N,), generator=g)
-    torch.manual_seed(1)
-    model = nn.Sequential(nn.Flatten(), nn.Linear(144, 32), nn.ReLU(), nn.Linear(32, 10))
+    images, labels, model = small_mlp()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=3, gamma=0.5)
     resume = os.path.isdir(ckpt) and bool(os.listdir(ckpt))

@@ -211,7 +211,7 @@ def save_optimizer(optimizer):
     return _save_state(optimizer.state_dict(), _OPTIMIZER_MAGIC, "the optimizer's state")
 
 
-def _parse_optimizer(data, magic=_OPTIMIZER_MAGIC):
+def _parse_state(data, magic):
     data = bytes(data)
     if not data.startswith(magic):
         raise ValueError("not antdt's format (a checkpoint of an older antdt, or damaged)")
@@ -235,17 +235,23 @@ def _parse_optimizer(data, magic=_OPTIMIZER_MAGIC):
     return _decode(head["state"], tensors)
 
 
+def _load_state(obj, data, magic, what, misfit):
+    """The state _save_state wrote, back into obj with load_state_dict(); a CheckpointError
+    naming `what` if it cannot be read, and `misfit` (with {e}) if it does not fit obj."""
+    try:
+        state = _parse_state(data, magic)
+    except (ValueError, KeyError, TypeError, IndexError, UnicodeDecodeError, RuntimeError) as e:
+        raise CheckpointError(f"the checkpoint's {what} cannot be read ({e})") from None
+    try:
+        obj.load_state_dict(state)
+    except (ValueError, KeyError, TypeError, RuntimeError) as e:
+        raise CheckpointError(f"the checkpoint's {what} " + misfit.format(e=e)) from None
+
+
 def load_optimizer(optimizer, data):
     """The state save_optimizer wrote, back into an optimizer with the same parameter groups."""
-    try:
-        state = _parse_optimizer(data)
-    except (ValueError, KeyError, TypeError, IndexError, UnicodeDecodeError, RuntimeError) as e:
-        raise CheckpointError(f"the checkpoint's optimizer state cannot be read ({e})") from None
-    try:
-        optimizer.load_state_dict(state)
-    except (ValueError, KeyError, RuntimeError) as e:
-        raise CheckpointError(f"the checkpoint's optimizer state does not fit this optimizer ({e}): resume with the "
-                              "same model and optimizer") from None
+    _load_state(optimizer, data, _OPTIMIZER_MAGIC, "optimizer state",
+                "does not fit this optimizer ({e}): resume with the same model and optimizer")
 
 
 def add_state(job, name, obj):
@@ -253,19 +259,9 @@ def add_state(job, name, obj):
     next_step), and on a resume gives it back with ``obj.load_state_dict()``: an LR scheduler, a
     GradScaler, anything whose state is tensors and plain data (numbers, strings, lists, tuples,
     dicts). Stored without pickle, as the optimizer's state is: a resume runs no code."""
-    what = f"the state of {name!r} ({type(obj).__name__})"
-
-    def load(data):
-        try:
-            state = _parse_optimizer(data, _STATE_MAGIC)
-        except (ValueError, KeyError, TypeError, IndexError, UnicodeDecodeError, RuntimeError) as e:
-            raise CheckpointError(f"the checkpoint's {what} cannot be read ({e})") from None
-        try:
-            obj.load_state_dict(state)
-        except (ValueError, KeyError, TypeError, RuntimeError) as e:
-            raise CheckpointError(f"the checkpoint's {what} does not fit this program's ({e})") from None
-
-    job.add_state(name, save=lambda: _save_state(obj.state_dict(), _STATE_MAGIC, what), load=load)
+    what = f"state of {name!r} ({type(obj).__name__})"
+    job.add_state(name, save=lambda: _save_state(obj.state_dict(), _STATE_MAGIC, "the " + what),
+                  load=lambda data: _load_state(obj, data, _STATE_MAGIC, what, "does not fit this program's ({e})"))
 
 
 def _layout(model, optimizer):

@@ -286,8 +286,9 @@ antdt::JobOptions parse_options(const py::dict& given, bool flags_style) {
         if (d < best_distance) best_distance = d, best = candidate;
       }
       // Else the longest option the keyword begins with (checkpoint_every_steps: checkpoint_every).
-      for (const auto& candidate : keywords_of(app)) {
-        if (best_distance == 3 && keyword.rfind(candidate, 0) == 0 && candidate.size() > best.size()) best = candidate;
+      if (best.empty()) {
+        for (const auto& candidate : keywords_of(app))
+          if (keyword.rfind(candidate, 0) == 0 && candidate.size() > best.size()) best = candidate;
       }
       throw antdt::UsageError("unknown option '" + keyword + "'" +
                               (best.empty() ? "" : " (did you mean '" + best + "'?)") +
