@@ -36,6 +36,7 @@
 # is samples over the run's wall time, start-up excluded. Runs are interleaved over REPEATS rounds;
 # the medians are printed, with every run's figure in OUT/runs.tsv.
 #   perf/controller/sit-out.sh [build-dir]    REPEATS=5 SECONDS_PER_RUN=20 OUT=dir PARTS="A B" BATCHES="64 2048"
+#                                            NICES="0 -10" B_EXTRA="nd auto 0.67"
 #                                            PARTS="C D" QUOTA=0.25 QUOTA_BATCHES=512 LIFT_AFTER=10
 #                                            PARTS="E F" PERIOD=5 SHARE_BATCHES=512
 # Needs 2 cores and stress-ng (scripts/install-deps.sh installs it); C and D need root and the
@@ -100,7 +101,7 @@ if [[ " $parts " == *" B "* ]]; then
   b_extra=${B_EXTRA:-}
   for b in $batches; do
     real=(--synthetic-samples 65536 --synthetic-dim 64 --hidden 256,256 --global-batch "$b")
-    for nice in 0 -10; do
+    for nice in ${NICES:-0 -10}; do
       for r in $(seq 1 "$repeats"); do
         nice -n "$nice" stress-ng --cpu 1 --taskset 1 --cpu-method int64 -t 0 >/dev/null 2>&1 &
         tenant=$!

@@ -114,7 +114,7 @@ class Controller {
   // No rank sits out from now on (a reduction that cannot follow the ranks that take part).
   // Ranks that sit out now stay until the next trial brings them back.
   void keep_every_rank() noexcept { options_.backup_workers = 0; }
-  // How long a step waited for `rank` beyond what its compute explains (window median, seconds).
+  // How long a step waited for `rank` beyond what its compute explains (a trimmed mean over the window, seconds).
   [[nodiscard]] double sit_out_delay_seconds(int rank) const { return sit_out_.delay_seconds(rank); }
 
   // Replaces the plan from outside the policy, e.g. after a fresh startup probe on restart;

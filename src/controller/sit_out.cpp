@@ -48,6 +48,22 @@ double allreduce_part(const CostModel& cost, int ranks, int of) {
   return whole > 0.0 ? cost.allreduce_seconds(ranks) / whole : 1.0;
 }
 
+// The mean of entries at(0..filled) (in step order) less the run of a quarter of them,
+// consecutive, that adds up to most (SitOut::trimmed_wait says why).
+template <class At>
+double mean_less_worst_quarter(std::size_t filled, At at) {
+  if (filled == 0) return 0.0;
+  const std::size_t dropped = filled / 4;
+  double total = 0.0, run = 0.0, worst = 0.0;
+  for (std::size_t k = 0; k < filled; ++k) {
+    total += at(k);
+    run += at(k);
+    if (k >= dropped) run -= at(k - dropped);
+    if (k + 1 >= dropped) worst = std::max(worst, run);
+  }
+  return std::max(0.0, total - worst) / static_cast<double>(filled - dropped);
+}
+
 std::vector<std::int32_t> with_rank(std::vector<std::int32_t> sitting, std::int32_t rank) {
   sitting.insert(std::upper_bound(sitting.begin(), sitting.end(), rank), rank);
   return sitting;
@@ -86,26 +102,29 @@ double SitOut::delay_seconds(int rank) const {
   return r < timed_.size() ? trimmed_wait(r) : 0.0;
 }
 
-// The mean of the rank's entries since it joined (at most a window) less their largest quarter
-// (waits are never negative; 0 while no positive entry survives, without sorting: most ranks
-// never wait). A mean, since what the steps lose is the sum of the waits: a rank away for a
-// few long steps in a row (another process holds its core for longer than a step) costs as
-// much as one late by a little every step. Less the largest quarter, so that a transient of up
-// to a quarter of the window (which pooled steps absorb, and which is over by the time a plan
-// could act) never counts.
+// The mean of the rank's entries since it joined (at most a window, in step order) less the
+// run of a quarter of them, consecutive, that adds up to most (waits are never negative; 0 at
+// once for a rank that never waited: most ranks never do). A mean, since what the steps lose is
+// the sum of the waits: a rank away for a few long steps in a row (another process holds its
+// core for longer than a step) costs as much as one late by a little every step. Less the worst
+// consecutive quarter, so that a transient of up to a quarter of the window (which pooled steps
+// absorb, and which is over by the time a plan could act) never counts, while a rank away one
+// step in every few, all through the window (a co-tenant's time slices), counts at its mean.
 double SitOut::trimmed_wait(std::size_t rank) const {
   const auto w = static_cast<std::size_t>(window_);
   const auto filled = static_cast<std::size_t>(std::min<std::int64_t>(timed_[rank], window_));
-  const std::size_t dropped = filled / 4;
-  if (filled == 0 || static_cast<std::size_t>(positive_[rank]) <= dropped) return 0.0;
-  std::vector<double> v;
-  v.reserve(filled);
-  for (std::size_t k = 0; k < filled; ++k) v.push_back(waits_[rank * w + k]);
-  const auto keep = v.begin() + static_cast<std::ptrdiff_t>(filled - dropped);
-  std::nth_element(v.begin(), keep, v.end());
-  double sum = 0.0;
-  for (auto it = v.begin(); it != keep; ++it) sum += *it;
-  return sum / static_cast<double>(filled - dropped);
+  if (filled == 0 || positive_[rank] == 0) return 0.0;
+  // Oldest first: the ring starts at slot 0 until it is full, then at the next slot to write.
+  const std::size_t start = filled < w ? 0 : static_cast<std::size_t>(timed_[rank] % window_);
+  return mean_less_worst_quarter(filled, [&](std::size_t k) { return waits_[rank * w + (start + k) % w]; });
+}
+
+// The spans of the last `steps` steps (at most a window), the same way.
+double SitOut::trimmed_span(std::int64_t steps) const {
+  const auto w = static_cast<std::size_t>(window_);
+  const auto filled = static_cast<std::size_t>(std::min({steps, spans_seen_, std::int64_t{window_}}));
+  const auto newest = static_cast<std::size_t>(spans_seen_ % window_);  // one past the newest
+  return mean_less_worst_quarter(filled, [&](std::size_t k) { return spans_[(newest + w - filled + k) % w]; });
 }
 
 // The rank that arrived last at the reduction has the shortest reduce time; the step waited
@@ -224,6 +243,7 @@ std::optional<Plan> SitOut::decide(const ControllerContext& ctx, std::span<const
     std::ostringstream why;
     why << "rank " << rank << " rejoins for a trial after " << ctx.step - sat_at_[r] << " steps out";
     next.reason = why.str();
+    next.pooled = plan.pooled;
     joined_at_[r] = ctx.step;
     timed_[r] = 0;
     positive_[r] = 0;
@@ -252,6 +272,7 @@ std::optional<Plan> SitOut::decide(const ControllerContext& ctx, std::span<const
     why << std::setprecision(4) << "rank " << i << " sits out again: its trial's " << timed_[r] - 1
         << " steps after the first took " << mean << " s on average, the steps without it " << trial_base_[r] << " s";
     next.reason = why.str();
+    next.pooled = plan.pooled;
     sat_out(r, ctx.step, x[r]);
     return next;
   }
@@ -279,7 +300,7 @@ std::optional<Plan> SitOut::decide(const ControllerContext& ctx, std::span<const
     if (plan.sits_out(i) || timed_[r] < 2 ||
         std::binary_search(o.never_sit_out.begin(), o.never_sit_out.end(), static_cast<std::int32_t>(i)))
       continue;
-    if (positive_[r] > std::min<std::int64_t>(timed_[r], window_) / 4) candidates.push_back(i);
+    if (positive_[r] > 0) candidates.push_back(i);  // at most a window of them: one waits a step
     const double t = CostModel::rank_compute_seconds(plan.batch[r], x[r], fixed[r]);
     if (t > slowest_t) slowest_t = t, slowest = i;
     if (least < 0 || x[r] < least_x) least_x = x[r], least = i;
@@ -287,10 +308,13 @@ std::optional<Plan> SitOut::decide(const ControllerContext& ctx, std::span<const
   for (const int i : {slowest, least})
     if (i > 0 && std::find(candidates.begin(), candidates.end(), i) == candidates.end()) candidates.push_back(i);
   std::int32_t best = -1;
-  double best_gain = 0.0, best_without = 0.0;
+  double best_gain = 0.0, best_without = 0.0, best_with = 0.0;
   for (const int i : candidates) {
     const auto r = static_cast<std::size_t>(i);
-    const double with = now + trimmed_wait(r);
+    // What the steps take with it: the model's step plus its waits, or what they took, if less
+    // (pooled steps absorb part of a rank's absence; a plain step's span is the model's plus them).
+    const double spans = trimmed_span(timed_[r]);
+    const double with = spans > 0.0 ? std::min(now + trimmed_wait(r), spans) : now + trimmed_wait(r);
     const double without =
         continuous_split_seconds_without(o.global_batch, x, fixed, with_rank(plan.sitting, i)) + reduce_without;
     const double gain = with > 0.0 ? (with - without) / with : 0.0;
@@ -298,6 +322,7 @@ std::optional<Plan> SitOut::decide(const ControllerContext& ctx, std::span<const
       best_gain = gain;
       best = i;
       best_without = without;
+      best_with = with;
     }
   }
   if (best < 0 || best_gain <= o.min_gain) {
@@ -312,11 +337,11 @@ std::optional<Plan> SitOut::decide(const ControllerContext& ctx, std::span<const
   if (streak_ < (joined_at_[r] >= 0 ? std::min(2, o.persistence) : o.persistence)) return std::nullopt;
   Plan next = plan_split_without(o.global_batch, x, o.caps, ctx.effective_step(), fixed, with_rank(plan.sitting, best));
   std::ostringstream why;
-  why << std::setprecision(4) << "rank " << best << " sits out: predicted step " << now + trimmed_wait(r)
-      << " s (waited " << trimmed_wait(r) << " s a step beyond its compute) -> " << best_without
-      << " s without it (gain " << std::setprecision(3) << 100.0 * best_gain << "% > " << 100.0 * o.min_gain << "% for "
-      << streak_ << " steps)";
+  why << std::setprecision(4) << "rank " << best << " sits out: predicted step " << best_with << " s (waited "
+      << trimmed_wait(r) << " s a step beyond its compute) -> " << best_without << " s without it (gain "
+      << std::setprecision(3) << 100.0 * best_gain << "% > " << 100.0 * o.min_gain << "% for " << streak_ << " steps)";
   next.reason = why.str();
+  next.pooled = plan.pooled;  // the step mode is the policy's to choose, not the sit-out's
   sat_out(r, ctx.step, x[r]);
   return next;
 }

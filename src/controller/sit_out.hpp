@@ -13,16 +13,20 @@
 // of that the cost model explains (a slower device given more samples than its speed allows);
 // the rest is its absence, wherever it was held: in its compute, its data, its update or its
 // control round. delay_i is the mean of that unexplained wait over the rank's last window of
-// steps (since it last joined), less the largest quarter of them: a rank away for a few long
-// steps in a row costs what its waits add up to, and a transient of up to a quarter of the
-// window (which pooled steps absorb) never makes a rank sit out.
+// steps (since it last joined), less the consecutive quarter of them that adds up to most: a
+// rank away for a few long steps in a row, again and again (a co-tenant's time slices), costs
+// what its waits add up to, and a transient of up to a quarter of the window (which pooled
+// steps absorb) never makes a rank sit out.
 //
 // When it acts. For each rank i but rank 0 (which hosts the coordinator), with the cost model:
-//   with_i    = the predicted step of the plan in force + delay_i
+//   with_i    = the predicted step of the plan in force (or of a rebalance) + delay_i, or the
+//               steps' measured spans since it joined (their mean less the worst consecutive
+//               quarter) where that is less: pooled steps absorb part of an absence
 //   without_i = the best continuous split over the others + the all-reduce of one rank fewer
 // and the gain (with_i - without_i) / with_i. When the best gain clears min_gain for
 // `persistence` consecutive steps, and fewer than backup_workers ranks sit out, that rank
-// sits out from the next plan.
+// sits out from the next plan. The plan keeps the step mode (plain or pooled) of the plan in
+// force: that is the policy's choice.
 //
 // Rejoining. A rank that sits out is not timed, so it rejoins for a trial after a probe
 // interval, with the share of a rank that is back (at the others' median speed), but at most
@@ -88,6 +92,7 @@ class SitOut {
                                    std::size_t rank, std::int64_t batch) const;
 
   [[nodiscard]] double trimmed_wait(std::size_t rank) const;
+  [[nodiscard]] double trimmed_span(std::int64_t steps) const;
   [[nodiscard]] double median_span() const;
   void sat_out(std::size_t rank, std::int64_t step, double x);
 

@@ -138,6 +138,26 @@ TEST(SitOut, RejoinAfterSetsTheProbeInterval) {
   EXPECT_THROW(make(bad, 3), antdt::UsageError);
 }
 
+// A co-tenant's time slices: rank 2 is away one step in every five, 50 ms each time (5x a
+// step), all through the window. The steps lose a fifth of 50 ms each on average, which no
+// split helps, so it sits out, though its waits are rare outliers among the steps: fewer than a
+// quarter of them.
+TEST(SitOut, ARankAwayOneStepInFiveAllThroughTheWindowSitsOut) {
+  Controller c = make(options(1), 3);
+  const auto away = run(c, 0, 60, 2, [](std::int64_t s) { return s % 5 == 4 ? 0.05 : 0.0; });
+  ASSERT_FALSE(away.empty());
+  EXPECT_TRUE(sits(away[0].plan, 2)) << away[0].plan.reason;
+  EXPECT_NE(away[0].plan.reason.find("rank 2 sits out"), std::string::npos) << away[0].plan.reason;
+}
+
+// A transient: rank 2 away for a quarter of the window (5 of 20 steps) in a row, once every 100
+// steps, costs no more than pooled steps absorb, and it never sits out.
+TEST(SitOut, ARankAwayForAQuarterOfTheWindowInARowNeverSitsOut) {
+  Controller c = make(options(1), 3);
+  for (const auto& ch : run(c, 0, 400, 2, [](std::int64_t s) { return s % 100 >= 40 && s % 100 < 45 ? 0.05 : 0.0; }))
+    EXPECT_FALSE(sits(ch.plan, 2)) << "step " << ch.decided << ": " << ch.plan.reason;
+}
+
 // The limits: backup workers 0 turns it off; rank 0 (the coordinator's) never sits out; no
 // more ranks sit out at once than backup workers allow.
 TEST(SitOut, NoneWithoutBackupWorkersNeverRankZeroAndNoMoreThanAllowed) {
@@ -179,6 +199,24 @@ TEST(SitOut, ASlowDeviceThatCostsMoreThanItGivesSitsOut) {
       EXPECT_TRUE(p->sitting.empty()) << p->reason;
     }
   }
+}
+
+// Whether steps are pooled is the policy's choice: auto starts pooled, and a sit-out (and each
+// rejoin) keeps the step mode of the plan in force rather than switching to plain steps.
+TEST(SitOut, ASitOutKeepsTheStepModeOfThePlanInForce) {
+  ControllerOptions o = options(1);
+  o.policy = "auto";
+  Controller c = make(o, 3);
+  ASSERT_TRUE(c.plan().pooled);
+  int from_pooled = 0;
+  for (std::int64_t s = 0; s < 400; ++s) {
+    const Plan before = c.plan();
+    const auto p = c.on_step(s, stats_with_away(c.plan_at(s), kEqual, s, 2, 0.05));
+    if (!p || p->sitting == before.sitting) continue;
+    EXPECT_EQ(p->pooled, before.pooled) << "step " << s << ": " << p->reason;
+    from_pooled += before.pooled ? 1 : 0;
+  }
+  EXPECT_GE(from_pooled, 1) << "no sit-out or rejoin was decided under pooled steps";
 }
 
 // The sit-out's state is in the controller's checkpoint: a restored controller decides the
