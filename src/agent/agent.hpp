@@ -29,6 +29,7 @@
 #include "antdt/plan.hpp"
 #include "antdt/step.hpp"
 #include "core/plan_rules.hpp"
+#include "core/wait_policy.hpp"
 #include "dds/dds.hpp"
 #include "protocol/step_messages.hpp"
 
@@ -49,9 +50,7 @@ class Clock {
   [[nodiscard]] virtual double cpu() { return -1.0; }
 };
 
-// The calling thread's run delay from /proc/thread-self/schedstat (Linux), in seconds; 0 where
-// the kernel does not give it. About a microsecond a call: the file stays open, per thread.
-[[nodiscard]] double thread_run_delay_seconds();
+using detail::thread_run_delay_seconds;  // core/wait_policy.hpp
 
 class SteadyClock final : public Clock {
  public:
