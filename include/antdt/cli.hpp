@@ -545,8 +545,7 @@ inline void add_job_options(CLI::App& app, JobOptions& o) {
   last(app.add_option("--wait-spin", s.wait_spin_seconds,
                       "Seconds a waiting rank polls before it sleeps between polls (0 to 1). Polling answers "
                       "fastest; a rank under a CPU quota (a cgroup's, a container's CPU limit) does not poll, "
-                      "whatever this says: it would spend the quota (docs/controller.md); nor, for a second, "
-                      "does a rank held back while it polled: another process wants its core (docs/errors.md)"))
+                      "whatever this says: it would spend the quota (docs/controller.md)"))
       ->group(fail)
       ->check(in_range<double>(0.0, 1.0))
       ->capture_default_str();

@@ -153,8 +153,7 @@ struct SessionOptions {
   // Seconds a guarded wait polls before it starts to nap (docs/errors.md). Polling answers
   // fastest. A rank whose cgroup CPU quota binds (fewer cores than it may run on) naps at once
   // whatever this says: polling would spend its quota (docs/controller.md, "A rank the kernel
-  // holds back"). Nor, for the next second, does a rank whose polling the kernel held back (its
-  // run delay grew while it polled: another process wants its core). In [0, 1].
+  // holds back"). In [0, 1].
   double wait_spin_seconds = 0.02;
 };
 

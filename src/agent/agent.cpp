@@ -7,6 +7,11 @@
 #include <ctime>
 #include <numeric>
 
+#ifdef __linux__
+#include <fcntl.h>
+#include <unistd.h>
+#endif
+
 #include "antdt/error.hpp"
 #include "core/log.hpp"
 #include "core/plan_rules.hpp"
@@ -21,6 +26,31 @@ double SteadyClock::cpu() {
   timespec t{};
   if (::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t) != 0) return -1.0;
   return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+double thread_run_delay_seconds() {
+#ifdef __linux__
+  // Fields: time on the CPU, time waiting to run, timeslices (nanoseconds, nanoseconds, count).
+  struct File {
+    int fd = ::open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+    ~File() {
+      if (fd >= 0) ::close(fd);
+    }
+  };
+  thread_local File file;
+  if (file.fd < 0) return 0.0;
+  char text[96];
+  const ssize_t n = ::pread(file.fd, text, sizeof text - 1, 0);
+  if (n <= 0) return 0.0;
+  text[n] = '\0';
+  const char* p = text;
+  while (*p != '\0' && *p != ' ') ++p;  // past the first field
+  char* end = nullptr;
+  const unsigned long long ns = std::strtoull(p, &end, 10);
+  return end == p ? 0.0 : static_cast<double>(ns) * 1e-9;
+#else
+  return 0.0;
+#endif
 }
 
 Agent::Agent(int rank, int world_size, const dds::LedgerOptions& ledger, const EmulationOptions& emulation,
@@ -77,7 +107,7 @@ StepWork Agent::begin() {
   w.epoch = stream_.cursor() / stream_.dataset_size();  // where the data order stands: this step's epoch
   w.plan_version = p.version;
   if (p.pooled && !pool_.pooled) throw UsageError("a plan pools its steps, but this job has no pool (PoolOptions)");
-  step_pooled_ = w.pooled = p.pools_steps();
+  step_pooled_ = w.pooled = p.pooled;
   batch_ = stream_.next(p.global_batch);
   if (share_plan_ != plans_.current_ptr()) {  // a new plan: where this rank's slice begins (O(ranks), once)
     share_plan_ = plans_.current_ptr();
@@ -378,7 +408,7 @@ double Agent::probe(const std::function<void(std::int64_t)>& micro_step, std::in
 std::vector<std::int64_t> Agent::next_samples() const {
   if (finished_ || !plans_.has_plan()) return {};
   const Plan& p = plans_.at(in_step_ ? step_ + 1 : step_);
-  if (p.pools_steps()) return {};  // a pooled step's samples are claimed as it goes
+  if (p.pooled) return {};  // a pooled step's samples are claimed as it goes
   dds::StepStream after = stream_;
   if (in_step_ && batch_.size() > 0) after.advance(batch_);  // as if the open step trains all of its batch
   if (after.exhausted()) return {};

@@ -41,8 +41,6 @@ namespace {
 constexpr int kToRank = 31001, kAsk = 31002, kAnswer = 31003;
 constexpr int kWordBytes = static_cast<int>(sizeof(Guard::Word));
 constexpr double kMinNap = 50e-6, kShortNap = 200e-6, kLongNap = 5e-3, kNapFraction = 0.05;
-// While a wait polls, how often it reads its thread's run delay (core/wait_policy.hpp).
-constexpr double kDelayEvery = 50e-6;
 constexpr std::size_t kNamedAtMost = 8;
 
 Guard* g_installed = nullptr;
@@ -149,12 +147,7 @@ double steady_seconds() {
 double grace_seconds(double timeout) { return std::max(5.0, 0.1 * timeout); }
 
 Guard::Guard(MPI_Comm comm, double timeout_seconds, double spin_seconds, const std::string& node)
-    : timeout_(timeout_seconds),
-      spin_(spin_seconds),
-      poll_(spin_seconds),
-      node_(node),
-      incoming_(sizeof(Word)),
-      outgoing_(sizeof(Word)) {
+    : timeout_(timeout_seconds), spin_(spin_seconds), node_(node), incoming_(sizeof(Word)), outgoing_(sizeof(Word)) {
   if (!(timeout_ >= 0.0)) throw UsageError(option_name("step-timeout") + " must be 0 (none) or positive seconds");
   MPI_Comm_rank(comm, &rank_);
   MPI_Comm_size(comm, &size_);
@@ -355,6 +348,7 @@ void Guard::let_go(std::span<MPI_Request> sends) {
 }
 
 void Guard::nap(double waited) {
+  if (waited < (capped_ ? 0.0 : spin_)) return;
   ++naps_;
   const double cap = waited < 1.0 ? kShortNap : kLongNap;
   std::this_thread::sleep_for(std::chrono::duration<double>(std::clamp(kNapFraction * waited, kMinNap, cap)));
@@ -380,8 +374,6 @@ void Guard::wait(std::span<MPI_Request> requests) {
     quota_cores_ = capped_ ? *cores : 0.0;
     quota_read_ = start;
   }
-  poll_.begin(start, thread_run_delay_seconds());
-  double delay_read = start;  // the run delay is read at most every kDelayEvery while polling
   const double grace = grace_seconds(timeout_);
   double patience = start + timeout_ + (rank_ == 0 ? 0.0 : grace);  // rank 0 judges first
   double asked = -1.0;                                              // when this rank asked rank 0
@@ -411,11 +403,7 @@ void Guard::wait(std::span<MPI_Request> requests) {
         rank0_silent(now - start);
       }
     }
-    const bool napping = now - start >= spin_ || capped_ || poll_.contended(now);
-    if (napping || now - delay_read >= kDelayEvery) {
-      if (poll_.nap(now, napping ? 0.0 : thread_run_delay_seconds(), capped_)) nap(now - start);
-      if (!napping) delay_read = now;
-    }
+    nap(now - start);
   }
 }
 

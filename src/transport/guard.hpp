@@ -31,7 +31,6 @@
 #include <vector>
 
 #include "core/error_kind.hpp"
-#include "core/wait_policy.hpp"
 
 namespace antdt::detail {
 
@@ -146,14 +145,12 @@ class Guard {
   void judge(std::span<MPI_Request> requests);
   // A rank other than 0 that heard nothing from rank 0: rank 0 stalled.
   [[noreturn]] void rank0_silent(double waited);
-  // Sleeps a part of `waited` (a nap: the wait gives up the core).
   void nap(double waited);
 
   MPI_Comm words_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
   double timeout_ = 0.0;
   double spin_ = 0.0;
-  detail::PollOrNap poll_{0.0};     // whether a wait polls or naps (spin_ and the run delay)
   std::vector<std::string> nodes_;  // rank 0: every rank's node (the launcher's layout until they told it)
   std::string node_, root_node_;    // this rank's, and rank 0's
   Phase phase_ = Phase::startup;

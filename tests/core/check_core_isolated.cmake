@@ -2,11 +2,9 @@
 #  - a source or header of the core (src/core, dds, monitor, controller, protocol, agent, sim)
 #    includes MPI, HDF5, CUDA, or a header of the transport, the runtime, the checkpoint store
 #    or the Session (which speak MPI);
-#  - a header or source of the transport includes a header of the core, except the three leaf
+#  - a header or source of the transport includes a header of the core, except the two leaf
 #    headers of shared vocabulary (core/error_kind.hpp: which error every rank throws;
-#    core/option_names.hpp: an option's name in messages; core/wait_policy.hpp: when a wait
-#    polls and when it naps, which the Guard's waits and the Agent's run delay share), which
-#    include nothing of the core and hold none of its state;
+#    core/option_names.hpp: an option's name in messages), which hold no state of the core;
 #  - the core's unit test binary CORE_TEST links an MPI library.
 # cmake -DSOURCE_DIR=... -DCORE_TEST=... -P check_core_isolated.cmake
 set(core_dirs core dds monitor controller protocol agent sim)
@@ -31,7 +29,7 @@ foreach(f IN LISTS transport)
   file(STRINGS ${f} includes REGEX "^[ \t]*#[ \t]*include")
   foreach(line IN LISTS includes)
     foreach(dir IN LISTS core_dirs)
-      if(line MATCHES "\"${dir}/" AND NOT line MATCHES "\"core/(error_kind|option_names|wait_policy)\\.hpp\"")
+      if(line MATCHES "\"${dir}/" AND NOT line MATCHES "\"core/(error_kind|option_names)\\.hpp\"")
         string(APPEND problems "\n  ${f}: ${line} (the transport must not know the core)")
       endif()
     endforeach()
