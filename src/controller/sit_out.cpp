@@ -300,7 +300,9 @@ std::optional<Plan> SitOut::decide(const ControllerContext& ctx, std::span<const
     if (plan.sits_out(i) || timed_[r] < 2 ||
         std::binary_search(o.never_sit_out.begin(), o.never_sit_out.end(), static_cast<std::int32_t>(i)))
       continue;
-    if (positive_[r] > 0) candidates.push_back(i);  // at most a window of them: one waits a step
+    // Waited for more than once, beyond one quarter of the window: a handful at most (a rank
+    // the steps waited for once, as one of 100,000 noisy ranks is, is none).
+    if (positive_[r] > 0 && trimmed_wait(r) > 0.0) candidates.push_back(i);
     const double t = CostModel::rank_compute_seconds(plan.batch[r], x[r], fixed[r]);
     if (t > slowest_t) slowest_t = t, slowest = i;
     if (least < 0 || x[r] < least_x) least_x = x[r], least = i;
