@@ -35,10 +35,6 @@ struct Plan {
   [[nodiscard]] std::vector<std::int64_t> micro_batches(int rank, std::int64_t n) const;
   // Whether rank i sits out these steps.
   [[nodiscard]] bool sits_out(int rank) const noexcept;
-  // Whether its steps run pooled: `pooled`, with at least 2 ranks taking part. A step that one
-  // rank computes alone (the others sit out) gains nothing from a pool and would pay its claims,
-  // so every rank runs it as a plain step; the plan stays pooled for when a rank rejoins.
-  [[nodiscard]] bool pools_steps() const noexcept { return pooled && sitting.size() + 1 < batch.size(); }
 };
 
 }  // namespace antdt

@@ -280,15 +280,8 @@ std::optional<Plan> Controller::on_step(std::int64_t step, std::span<const RankS
     if (static_cast<int>(errors_.size()) > options_.window) errors_.erase(errors_.begin());
   }
   assess(step);
-  const ControllerContext context{step,
-                                  plan(),
-                                  monitor_,
-                                  assessments_,
-                                  options_,
-                                  cost_,
-                                  last_change_step_,
-                                  model_error(),
-                                  plan_at(step).pools_steps()};
+  const ControllerContext context{
+      step, plan(), monitor_, assessments_, options_, cost_, last_change_step_, model_error(), plan_at(step).pooled};
   if (policy_->restarts()) consider_restart(context, outlook);
   std::optional<Plan> decided;
   if (policy_->rebalances() && (options_.backup_workers > 0 || !plan().sitting.empty())) {

@@ -61,7 +61,7 @@ bool StepCoordinator::last_step_is(std::int64_t step) const {
 }
 
 bool StepCoordinator::settles(std::span<const StepReport> reports, const StepReply* previous) const {
-  if (!options_.pipelined || plans_.at(step_).pools_steps()) return true;
+  if (!options_.pipelined || plans_.at(step_).pooled) return true;
   if (previous != nullptr && previous->settle_next) return true;
   // The ranks that sit out change at the next step: they regroup with nothing in flight.
   if (plans_.at(step_ + 1).sitting != plans_.at(step_).sitting) return true;
@@ -119,7 +119,7 @@ std::optional<std::string> StepCoordinator::undone_of(std::span<const StepReport
            rule + " of step " + std::to_string(step_) + " holds " + std::to_string(count) +
            "; its view of the data order and rank 0's disagree";
   };
-  if (plan.pools_steps() && options_.pool.mechanism == PoolMechanism::counter) {
+  if (plan.pooled && options_.pool.mechanism == PoolMechanism::counter) {
     std::int64_t total = 0;
     for (std::size_t r = 0; r < reports.size(); ++r) {
       if (reports[r].consumed < 0 || reports[r].consumed > n - total) return disagree(r, "what is left", n - total);
@@ -128,8 +128,8 @@ std::optional<std::string> StepCoordinator::undone_of(std::span<const StepReport
     if (total < n) undone.push_back(dds::BatchRange{total, n});
     return std::nullopt;
   }
-  const bool by_deadline = plan.pools_steps();  // a prefix of the slice; else all of it
-  std::int64_t begin = 0;                       // rank r's slice starts after the shares before it (O(ranks) in all)
+  const bool by_deadline = plan.pooled;  // a prefix of the slice; else all of it
+  std::int64_t begin = 0;                // rank r's slice starts after the shares before it (O(ranks) in all)
   for (std::size_t r = 0; r < reports.size(); ++r) {
     const dds::BatchRange share = dds::slice_at(begin, plan.batch[r], n);
     begin += plan.batch[r];

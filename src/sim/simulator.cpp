@@ -139,7 +139,7 @@ class Ranks {
       clocks_[i].wait(overhead);
       agents_[i].mark_data_ready();
     }
-    if (agents_.front().plan().pools_steps()) {
+    if (agents_.front().plan().pooled) {
       claim_until_drained(chunk_overhead);
     } else {
       for (auto& a : agents_) a.mark_compute_done(0.0);  // waits out b * c / speed_i on the virtual clock

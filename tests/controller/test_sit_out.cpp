@@ -219,20 +219,6 @@ TEST(SitOut, ASitOutKeepsTheStepModeOfThePlanInForce) {
   EXPECT_GE(from_pooled, 1) << "no sit-out or rejoin was decided under pooled steps";
 }
 
-// A pooled plan whose steps one rank computes alone (the others sit out) runs them as plain
-// steps: a pool of one only pays for its claims. It stays pooled for when a rank rejoins.
-TEST(SitOut, APooledPlanThatOneRankComputesAloneRunsPlainSteps) {
-  Plan p = antdt::equal_plan(kBatch, std::vector<std::int64_t>(3, 64));
-  EXPECT_FALSE(p.pools_steps());
-  p.pooled = true;
-  EXPECT_TRUE(p.pools_steps());
-  p.sitting = {2};
-  EXPECT_TRUE(p.pools_steps()) << "two ranks take part";
-  p.sitting = {1, 2};
-  EXPECT_FALSE(p.pools_steps()) << "rank 0 alone";
-  EXPECT_TRUE(p.pooled);
-}
-
 // The sit-out's state is in the controller's checkpoint: a restored controller decides the
 // same plans as one that never stopped (the plan in force lists the sitting rank).
 TEST(SitOut, RestoreContinuesExactly) {
