@@ -289,6 +289,7 @@ std::optional<Plan> Controller::on_step(std::int64_t step, std::span<const RankS
     sit_out_.observe(step, stats, plan_at(step), x_, fixed_, options_.window);
     if (history_.back().effective_step <= step)
       decided = sit_out_.decide(context, x_, fixed_, detail::measured_allreduce(monitor_), options_.backup_workers);
+    if (decided) decided->pooled = plan().pooled;  // who takes part is the sit-out's; the step mode the policy's
   }
   if (!decided) decided = policy_->decide(context);
   // One plan waits at a time: with plan_lag >= 1 a plan issued at step t - 1 is not yet in force

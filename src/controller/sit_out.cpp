@@ -243,7 +243,6 @@ std::optional<Plan> SitOut::decide(const ControllerContext& ctx, std::span<const
     std::ostringstream why;
     why << "rank " << rank << " rejoins for a trial after " << ctx.step - sat_at_[r] << " steps out";
     next.reason = why.str();
-    next.pooled = plan.pooled;
     joined_at_[r] = ctx.step;
     timed_[r] = 0;
     positive_[r] = 0;
@@ -272,7 +271,6 @@ std::optional<Plan> SitOut::decide(const ControllerContext& ctx, std::span<const
     why << std::setprecision(4) << "rank " << i << " sits out again: its trial's " << timed_[r] - 1
         << " steps after the first took " << mean << " s on average, the steps without it " << trial_base_[r] << " s";
     next.reason = why.str();
-    next.pooled = plan.pooled;
     sat_out(r, ctx.step, x[r]);
     return next;
   }
@@ -302,7 +300,7 @@ std::optional<Plan> SitOut::decide(const ControllerContext& ctx, std::span<const
       continue;
     // Waited for more than once, beyond one quarter of the window: a handful at most (a rank
     // the steps waited for once, as one of 100,000 noisy ranks is, is none).
-    if (positive_[r] > 0 && trimmed_wait(r) > 0.0) candidates.push_back(i);
+    if (trimmed_wait(r) > 0.0) candidates.push_back(i);
     const double t = CostModel::rank_compute_seconds(plan.batch[r], x[r], fixed[r]);
     if (t > slowest_t) slowest_t = t, slowest = i;
     if (least < 0 || x[r] < least_x) least_x = x[r], least = i;
@@ -315,8 +313,8 @@ std::optional<Plan> SitOut::decide(const ControllerContext& ctx, std::span<const
     const auto r = static_cast<std::size_t>(i);
     // What the steps take with it: the model's step plus its waits, or what they took, if less
     // (pooled steps absorb part of a rank's absence; a plain step's span is the model's plus them).
-    const double spans = trimmed_span(timed_[r]);
-    const double with = spans > 0.0 ? std::min(now + trimmed_wait(r), spans) : now + trimmed_wait(r);
+    const double modelled = now + trimmed_wait(r), spans = trimmed_span(timed_[r]);
+    const double with = spans > 0.0 ? std::min(modelled, spans) : modelled;
     const double without =
         continuous_split_seconds_without(o.global_batch, x, fixed, with_rank(plan.sitting, i)) + reduce_without;
     const double gain = with > 0.0 ? (with - without) / with : 0.0;
@@ -343,7 +341,6 @@ std::optional<Plan> SitOut::decide(const ControllerContext& ctx, std::span<const
       << trimmed_wait(r) << " s a step beyond its compute) -> " << best_without << " s without it (gain "
       << std::setprecision(3) << 100.0 * best_gain << "% > " << 100.0 * o.min_gain << "% for " << streak_ << " steps)";
   next.reason = why.str();
-  next.pooled = plan.pooled;  // the step mode is the policy's to choose, not the sit-out's
   sat_out(r, ctx.step, x[r]);
   return next;
 }

@@ -25,7 +25,7 @@
 //   without_i = the best continuous split over the others + the all-reduce of one rank fewer
 // and the gain (with_i - without_i) / with_i. When the best gain clears min_gain for
 // `persistence` consecutive steps, and fewer than backup_workers ranks sit out, that rank
-// sits out from the next plan. The plan keeps the step mode (plain or pooled) of the plan in
+// sits out from the next plan. The Controller keeps the step mode (plain or pooled) of the plan in
 // force: that is the policy's choice.
 //
 // Rejoining. A rank that sits out is not timed, so it rejoins for a trial after a probe
