@@ -14,6 +14,7 @@
 #include "antdt/error.hpp"
 #include "core/log.hpp"
 #include "transport/comm.hpp"
+#include "transport/guard.hpp"
 
 #if ANTDT_HAVE_KOKKOS
 #include <Kokkos_Core.hpp>
@@ -103,7 +104,16 @@ Environment::~Environment() {
 #if ANTDT_HAVE_KOKKOS
   if (owns_kokkos_ && Kokkos::is_initialized()) Kokkos::finalize();
 #endif
-  if (owns_mpi_ && mpi_is_active()) MPI_Finalize();
+  if (owns_mpi_ && mpi_is_active()) {
+    // A program that returns before it built its Job leaves the other ranks waiting at their
+    // Job's start-up: tell them, so that they stop now, not after the step timeout, naming this
+    // rank as having ended, not its node as stalled (docs/errors.md).
+    try {
+      detail::Guard::leave_before_start(MPI_COMM_WORLD);
+    } catch (...) {  // never throws
+    }
+    MPI_Finalize();
+  }
 }
 
 }  // namespace antdt

@@ -23,7 +23,8 @@ namespace antdt::detail {
 
 // One word between rank 0 and a rank: a question, its answer, a stop, an ask or an "alive".
 struct Guard::Word {
-  enum Kind : std::uint8_t { question = 1, answer = 2, stop = 3, ask = 4, alive = 5, left = 6 };
+  // left_stop: a stop because a rank left (its program returned or exited), not a stall.
+  enum Kind : std::uint8_t { question = 1, answer = 2, stop = 3, ask = 4, alive = 5, left = 6, left_stop = 7 };
   std::uint8_t kind = 0;
   std::uint8_t phase = 0;
   std::uint8_t error_kind = 0;
@@ -45,6 +46,13 @@ constexpr std::size_t kNamedAtMost = 8;
 
 Guard* g_installed = nullptr;
 bool g_abandoned = false;
+bool g_made = false;  // a Guard was made in this process (Guard::leave_before_start)
+// A word's step for a rank that left before its Job existed (Guard::leave_before_start).
+constexpr std::int64_t kBeforeStart = -1;
+// How long the ranks that stop because a rank left wait before they end, so that the leaver's
+// process ends first and a code of its own is the one the launcher reports (mpirun reports the
+// first non-zero one).
+constexpr double kLeaverEndsFirst = 1.0;
 
 // Marks the wait's requests abandoned when an error leaves it.
 struct AbandonOnThrow {
@@ -149,6 +157,7 @@ double grace_seconds(double timeout) { return std::max(5.0, 0.1 * timeout); }
 Guard::Guard(MPI_Comm comm, double timeout_seconds, double spin_seconds, const std::string& node)
     : timeout_(timeout_seconds), spin_(spin_seconds), node_(node), incoming_(sizeof(Word)), outgoing_(sizeof(Word)) {
   if (!(timeout_ >= 0.0)) throw UsageError(option_name("step-timeout") + " must be 0 (none) or positive seconds");
+  g_made = true;
   MPI_Comm_rank(comm, &rank_);
   MPI_Comm_size(comm, &size_);
   if (rank_ == 0) nodes_ = launch_task_nodes(rank_, size_);  // until the ranks tell rank 0 (below)
@@ -285,8 +294,11 @@ Guard::Word Guard::word(std::uint8_t kind, Phase phase, std::int64_t step, int r
 void Guard::act(const Word& w) {
   // An earlier Guard's word (0: a Guard's that had not shared its generation yet) is not ours.
   if (w.generation != generation_ && w.generation != 0) return;
-  if (w.kind == Word::stop) {
-    throw_shared_error(static_cast<ErrorKind>(w.error_kind), w.text, true);
+  if (w.kind == Word::stop || w.kind == Word::left_stop) {
+    if (w.kind == Word::left_stop) std::this_thread::sleep_for(std::chrono::duration<double>(kLeaverEndsFirst));
+    // Rank 0 that ended before its Job existed prints nothing itself: rank 1 says it.
+    const bool from_before_start = w.step == kBeforeStart;
+    throw_shared_error(static_cast<ErrorKind>(w.error_kind), w.text, !from_before_start || rank_ != 1);
   }
   if (w.kind == Word::question || (rank_ == 0 && w.kind == Word::ask)) answer(w);
   if (w.kind == Word::alive) alive_seen_ = true;               // needs no answer: wait() extends its patience
@@ -296,6 +308,11 @@ void Guard::act(const Word& w) {
 namespace {
 // Where a rank left, as rank 0 words it (the leaver's phase and step).
 std::string left_text(const std::string& who, Phase phase, std::int64_t step) {
+  if (step == kBeforeStart) {
+    return who +
+           " ended its program before it built its Job (a return, an exception or an exit on that rank before "
+           "antdt::Job), which is not a stall: no node is to blame";
+  }
   return who + " left the run in " + phase_name(phase) + " (step " + std::to_string(step) +
          ") before it ended: its program stopped calling antdt there (a return, a break, an exception or an exit on "
          "that rank), which is not a stall: no node is to blame";
@@ -306,7 +323,8 @@ void Guard::leave() {
   if (rank_ == 0) {  // every rank hears it as a stop, as from rank 0's judge
     std::vector<std::int32_t> all;
     for (int r = 1; r < size_; ++r) all.push_back(r);
-    tell_stop(all, left_text(rank_name(0), phase_, step_) + "; stopping every rank");
+    send_stop(all, left_text(rank_name(0), phase_, step_) + "; stopping every rank", ErrorKind::runtime,
+              Word::left_stop);
     return;
   }
   int finalized = 0;
@@ -319,11 +337,53 @@ void Guard::leave() {
   let_go({&send_, 1});
 }
 
+void Guard::leave_before_start(MPI_Comm comm) {
+  int initialized = 0, finalized = 0, rank = 0, size = 1;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized == 0 || finalized != 0 || g_made) return;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  if (size == 1) return;
+  // The words live until MPI_Finalize: a send nobody receives may stay pending until then.
+  static std::vector<Word> words;
+  std::vector<MPI_Request> sends;
+  if (rank != 0) {
+    words.assign(1, make_word(Word::left, Phase::startup, kBeforeStart, rank));
+    sends.emplace_back(MPI_REQUEST_NULL);
+    MPI_Isend(words.data(), kWordBytes, MPI_BYTE, 0, kAsk, comm, &sends.back());
+  } else {
+    Word stop = make_word(Word::left_stop, Phase::startup, kBeforeStart, 0);
+    stop.error_kind = static_cast<std::uint8_t>(ErrorKind::runtime);
+    set_text(stop, left_text("rank 0 (node " + discover_node_name() + ")", Phase::startup, kBeforeStart) +
+                       "; stopping every rank");
+    words.assign(static_cast<std::size_t>(size), stop);
+    for (int r = 1; r < size; ++r) {
+      sends.emplace_back(MPI_REQUEST_NULL);
+      MPI_Isend(&words[static_cast<std::size_t>(r)], kWordBytes, MPI_BYTE, r, kToRank, comm, &sends.back());
+    }
+  }
+  // Small words (eager): they leave without their receivers; give them a moment, then let go.
+  const double deadline = steady_seconds() + 0.2;
+  for (int done = 0; done == 0 && steady_seconds() < deadline;) {
+    MPI_Testall(static_cast<int>(sends.size()), sends.data(), &done, MPI_STATUSES_IGNORE);
+    if (done == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  for (auto& q : sends) {
+    if (q != MPI_REQUEST_NULL) MPI_Request_free(&q);
+  }
+}
+
 void Guard::tell_stop(const std::vector<std::int32_t>& ranks, const std::string& why, ErrorKind kind) {
+  send_stop(ranks, why, kind, Word::stop);
+}
+
+void Guard::send_stop(const std::vector<std::int32_t>& ranks, const std::string& why, ErrorKind kind,
+                      std::uint8_t word_kind) {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (rank_ != 0 || ranks.empty() || finalized != 0 || words_ == MPI_COMM_NULL || waits_abandoned()) return;
-  sent_.assign(1, word(Word::stop, phase_, step_, 0));
+  sent_.assign(1, word(word_kind, phase_, step_, 0));
   sent_[0].error_kind = static_cast<std::uint8_t>(kind);
   set_text(sent_[0], why);
   std::vector<MPI_Request> sends;
@@ -437,8 +497,8 @@ void Guard::judge(std::span<MPI_Request> requests) {
       ANTDT_CHECK_MPI(MPI_Test(&heard[i], &got, MPI_STATUS_IGNORE));
       if (got != 0) {
         answered[i] = 1;
-      } else {
-        ++left;
+      } else if (std::none_of(left_.begin(), left_.end(), [&](const Word& w) { return w.rank == r; })) {
+        ++left;  // a rank that said it left does not answer: no need to wait for it
       }
     }
     serve();  // asks from ranks that lost patience: they hear rank 0 is alive
@@ -515,7 +575,7 @@ void Guard::judge(std::span<MPI_Request> requests) {
     const auto i = static_cast<std::size_t>(r);
     std::vector<MPI_Request>& list = answered[i] != 0 ? told : told_silent;
     Word& stop = questions[static_cast<std::size_t>(size_) + i];
-    stop = word(Word::stop, phase_, step_, 0);
+    stop = word(kind == ErrorKind::stall || left_.empty() ? Word::stop : Word::left_stop, phase_, step_, 0);
     stop.error_kind = static_cast<std::uint8_t>(kind);
     set_text(stop, what);
     list.emplace_back(MPI_REQUEST_NULL);
@@ -544,6 +604,9 @@ void Guard::judge(std::span<MPI_Request> requests) {
     StallError e(what, true, std::move(nodes));
     e.set_shared(true, false);
     throw e;
+  }
+  if (!left_.empty() && stalled.empty()) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(kLeaverEndsFirst));  // as the others do
   }
   throw_shared_error(kind, what, false);
 }

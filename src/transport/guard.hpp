@@ -90,6 +90,13 @@ class Guard {
   // an error that names this rank as having left, not as stalled (no node is to blame); rank 0
   // itself tells every rank. Local and quick: it waits for no one.
   void leave();
+  // A process that ends without having made a Guard (its program returned or failed before it
+  // built its Job or Session), while the other ranks may be waiting at their Job's start-up: it
+  // says so on `comm`, where their Guards listen while they are made, so that they stop at once
+  // with an error that names this rank as having ended, not as stalled, and blames no node.
+  // Another rank tells rank 0, which stops every rank; rank 0 tells every rank. Local and quick;
+  // where no rank builds a Job (a program that never meant to), the words are never received.
+  static void leave_before_start(MPI_Comm comm);
   // Rank 0 ending with an error: tells `ranks` (those that sit out, which hear of the error no
   // other way; the others share it already) to stop with the error `why` of `kind`, so that they
   // exit with its code. Local and quick.
@@ -146,6 +153,9 @@ class Guard {
   // A rank other than 0 that heard nothing from rank 0: rank 0 stalled.
   [[noreturn]] void rank0_silent(double waited);
   void nap(double waited);
+  // Rank 0: tells `ranks` to stop with `why`, in a word of `word_kind` (Word::stop or left_stop).
+  void send_stop(const std::vector<std::int32_t>& ranks, const std::string& why, ErrorKind kind,
+                 std::uint8_t word_kind);
 
   MPI_Comm words_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
