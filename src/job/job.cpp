@@ -325,21 +325,24 @@ struct Job::Impl {
             const auto v = reader->floats(s.name, static_cast<std::int64_t>(s.floats.size()));
             std::copy(v.begin(), v.end(), s.floats.begin());
           }
-          detail::bcast(s.floats.data(), static_cast<int>(s.floats.size()), MPI_FLOAT, 0, comm());
+          detail::bcast_in_pieces(s.floats.data(), static_cast<std::int64_t>(s.floats.size()), MPI_FLOAT,
+                                  sizeof s.floats[0], 0, comm());
           break;
         case State::Kind::doubles:
           if (reader) {
             const auto v = reader->doubles(s.name, static_cast<std::int64_t>(s.doubles.size()));
             std::copy(v.begin(), v.end(), s.doubles.begin());
           }
-          detail::bcast(s.doubles.data(), static_cast<int>(s.doubles.size()), MPI_DOUBLE, 0, comm());
+          detail::bcast_in_pieces(s.doubles.data(), static_cast<std::int64_t>(s.doubles.size()), MPI_DOUBLE,
+                                  sizeof s.doubles[0], 0, comm());
           break;
         case State::Kind::int64s:
           if (reader) {
             const auto v = reader->int64s(s.name, static_cast<std::int64_t>(s.int64s.size()));
             std::copy(v.begin(), v.end(), s.int64s.begin());
           }
-          detail::bcast(s.int64s.data(), static_cast<int>(s.int64s.size()), MPI_INT64_T, 0, comm());
+          detail::bcast_in_pieces(s.int64s.data(), static_cast<std::int64_t>(s.int64s.size()), MPI_INT64_T,
+                                  sizeof s.int64s[0], 0, comm());
           break;
         case State::Kind::bytes: {
           std::vector<std::byte> bytes;
@@ -879,11 +882,7 @@ void Job::broadcast(std::span<std::byte> bytes, int root) {
       }
       at = root - static_cast<int>(before - sitting.begin());
     }
-    for (std::size_t done = 0; done < bytes.size();) {  // MPI counts are ints
-      const auto n = std::min<std::size_t>(bytes.size() - done, std::size_t{1} << 30);
-      detail::bcast(bytes.data() + done, static_cast<int>(n), MPI_BYTE, at, s.comm());
-      done += n;
-    }
+    detail::bcast_in_pieces(bytes.data(), static_cast<std::int64_t>(bytes.size()), MPI_BYTE, 1, at, s.comm());
   });
 }
 

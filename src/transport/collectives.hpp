@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -18,13 +19,30 @@
 
 namespace antdt::detail {
 
+// MPI counts are ints, and a cast of a larger count wraps: the collectives of a buffer whose size
+// the program chooses (gradients, registered state) go in pieces of at most `piece` (2^30)
+// elements of `element_bytes` each.
+constexpr std::int64_t kMpiPiece = std::int64_t{1} << 30;
+
+// `count` elements of `type` from `root` to every rank of `comm`, in pieces.
+inline void bcast_in_pieces(void* buffer, std::int64_t count, MPI_Datatype type, std::size_t element_bytes, int root,
+                            MPI_Comm comm, std::int64_t piece = kMpiPiece) {
+  const std::int64_t step = piece < 1 ? 1 : piece;
+  auto* bytes = static_cast<std::byte*>(buffer);
+  for (std::int64_t done = 0; done < count;) {
+    const std::int64_t n = std::min(count - done, step);
+    bcast(bytes + static_cast<std::size_t>(done) * element_bytes, static_cast<int>(n), type, root, comm);
+    done += n;
+  }
+}
+
 // Rank 0's vector, on every rank: its length, then its elements.
 template <class T>
 std::vector<T> broadcast_vector(const Communicator& comm, std::vector<T> values, MPI_Datatype type) {
   std::uint64_t n = values.size();
   bcast(&n, 1, MPI_UINT64_T, 0, comm.get());
   values.resize(n);
-  bcast(values.data(), static_cast<int>(n), type, 0, comm.get());
+  bcast_in_pieces(values.data(), static_cast<std::int64_t>(n), type, sizeof(T), 0, comm.get());
   return values;
 }
 
@@ -61,14 +79,13 @@ inline std::vector<std::string> gather_strings(const Communicator& comm, const s
   return out;
 }
 
-// An in-place all-reduce of `count` elements of `type` (`element_bytes` each), in pieces of at
-// most `piece` (2^30) elements: MPI counts are ints, and a cast of a larger count wraps.
+// An in-place all-reduce of `count` elements of `type` (`element_bytes` each), in pieces.
 inline void allreduce_in_place(void* buffer, std::int64_t count, MPI_Datatype type, std::size_t element_bytes,
-                               MPI_Op op, MPI_Comm comm, std::int64_t piece = std::int64_t{1} << 30) {
-  const std::int64_t kPiece = piece < 1 ? 1 : piece;
+                               MPI_Op op, MPI_Comm comm, std::int64_t piece = kMpiPiece) {
+  const std::int64_t step = piece < 1 ? 1 : piece;
   auto* bytes = static_cast<std::byte*>(buffer);
   for (std::int64_t done = 0; done < count;) {
-    const std::int64_t n = count - done < kPiece ? count - done : kPiece;
+    const std::int64_t n = std::min(count - done, step);
     allreduce(MPI_IN_PLACE, bytes + static_cast<std::size_t>(done) * element_bytes, static_cast<int>(n), type, op,
               comm);
     done += n;

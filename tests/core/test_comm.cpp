@@ -100,3 +100,29 @@ TEST(Collectives, AnAllReduceInPiecesSumsEveryElement) {
     }
   }
 }
+
+// The same for broadcasts (a registered state, a program's broadcast, rank 0's vectors: they cast
+// their counts to int too): from every root, in pieces of 3, 7 and 5 and whole, every element
+// arrives, and broadcast_vector sends its length first.
+TEST(Collectives, ABroadcastInPiecesSendsEveryElement) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  for (int root = 0; root < size; ++root) {
+    for (const std::int64_t piece : {std::int64_t{3}, std::int64_t{7}, std::int64_t{5}, std::int64_t{1} << 30}) {
+      std::vector<double> values(20, -1.0);
+      if (rank == root) {
+        for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<double>(i) + 0.5 * root;
+      }
+      antdt::detail::bcast_in_pieces(values.data(), static_cast<std::int64_t>(values.size()), MPI_DOUBLE,
+                                     sizeof(double), root, MPI_COMM_WORLD, piece);
+      for (std::size_t i = 0; i < values.size(); ++i) {
+        ASSERT_EQ(values[i], static_cast<double>(i) + 0.5 * root) << "element " << i << ", pieces of " << piece;
+      }
+    }
+  }
+  const antdt::Communicator world = antdt::Communicator::duplicate(MPI_COMM_WORLD);
+  std::vector<std::int64_t> mine(rank == 0 ? 11 : 2, rank == 0 ? 42 : 7);
+  const auto got = antdt::detail::broadcast_vector(world, mine, MPI_INT64_T);
+  EXPECT_EQ(got, std::vector<std::int64_t>(11, 42));
+}
