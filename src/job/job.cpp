@@ -206,6 +206,7 @@ struct Job::Impl {
   };
   std::unique_ptr<std::FILE, FileCloser> sample_log;
   std::string sample_log_path;
+  std::int64_t sample_log_whole = 0;  // the bytes of its whole lines written through
   double t_constructed = now_seconds();
   double start_seconds = 0.0;  // the process's start before the Job (JobAccess)
   double t_start = 0.0, t_checkpoint = 0.0, relaunch_seconds = 0.0;
@@ -506,11 +507,15 @@ struct Job::Impl {
     if (std::fputs(line.c_str(), sample_log.get()) < 0 || std::fflush(sample_log.get()) != 0) {
       const int reason = errno;
       sample_log.reset();
+      // A full disk took part of the line: cut the file back to its last whole line, so that a
+      // reader finds no torn one (a torn "12 3 4" would read as samples 3 and 4 of step 12).
+      (void)::truncate(sample_log_path.c_str(), static_cast<off_t>(sample_log_whole));
       cli::remove_if_empty(sample_log_path);
       errno = reason;
       throw WriteError("cannot write " + detail::option_name("sample-log") + " " + sample_log_path + ": " +
                        std::strerror(errno));
     }
+    sample_log_whole += static_cast<std::int64_t>(line.size());
   }
 
   [[nodiscard]] bool checkpoint_by_time_due() const {

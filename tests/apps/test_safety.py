@@ -379,25 +379,36 @@ class EarlyChecks(Workdir):
                              f"{option}: no 0-byte file is left")
 
 
-    def test_metrics_on_a_nearly_full_disk_leave_no_torn_line(self):
+    def test_outputs_on_a_nearly_full_disk_leave_no_torn_line(self):
         """Issue 44, item 6: a full disk took part of the last buffer, and the metrics file ended in
-        half a row. Now it is cut back to its last whole row."""
-        m = self.mount("nearly-full")
-        m.fill()
-        os.remove(os.path.join(m.path, "filler2"))
-        filler = os.path.join(m.path, "filler")
-        os.truncate(filler, max(0, os.path.getsize(filler) - 8192))  # two pages left
-        met = os.path.join(m.path, "m.csv")
-        r = mpirun(2, *self.base(), "--steps", 400, "--metrics", met)
-        self.assertEqual(r.returncode, 3, r.stderr[-2000:])
-        self.assert_one_error(r, 3, "m.csv", "No space left on device")
-        with open(met) as f:
-            text = f.read()
-        self.assertTrue(text.endswith("\n"), f"the last line is whole: ...{text[-200:]!r}")
-        lines = text.splitlines()
-        self.assertGreater(len(lines), 20, "the rows that fitted are kept")
-        for line in lines:
-            self.assertEqual(line.count(","), 11, f"a whole row: {line!r}")
+        half a row. Now it is cut back to its last whole row; so is a sample log, whose torn last
+        line would read as a step with fewer samples."""
+        for option, name in (("--metrics", "m.csv"), ("--sample-log", "log")):
+            m = self.mount("nearly-full-" + name.replace(".", "-"))
+            m.fill()
+            os.remove(os.path.join(m.path, "filler2"))
+            filler = os.path.join(m.path, "filler")
+            os.truncate(filler, max(0, os.path.getsize(filler) - 8192))  # two pages left
+            out = os.path.join(m.path, name)
+            r = mpirun(2, *self.base(), "--steps", 400, option, out)
+            self.assertEqual(r.returncode, 3, r.stderr[-2000:])
+            self.assertTrue(any(name in l and "No space left on device" in l for l in error_lines(r.stderr)),
+                            r.stderr[-2000:])
+            files = [out] if option == "--metrics" else [out + ".0", out + ".1"]
+            lines = []
+            for path in files:
+                if not os.path.exists(path):
+                    continue  # a rank whose first line did not fit leaves no file
+                with open(path) as f:
+                    text = f.read()
+                self.assertTrue(text.endswith("\n"), f"{path}: the last line is whole: ...{text[-200:]!r}")
+                lines += text.splitlines()
+            self.assertGreater(len(lines), 20, f"{option}: the lines that fitted are kept")
+            for line in lines:
+                if option == "--metrics":
+                    self.assertEqual(line.count(","), 11, f"a whole row: {line!r}")
+                else:  # the step, then its samples
+                    self.assertTrue(line.split()[0].isdigit(), f"a whole line: {line!r}")
 
     def test_an_output_naming_the_checkpoint_directory_fails_before_training(self):
         """Issue 44, item 6: --summary-json naming the checkpoint directory (made when training
