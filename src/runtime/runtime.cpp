@@ -90,6 +90,11 @@ Environment::Environment(int& argc, char**& argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &world_size_);
   log::set_rank(world_rank_, world_size_);
+  // Each rank's first line at debug level: a rank that never printed it died inside MPI_Init (the
+  // cluster tests tell Open MPI's start-up failures from antdt's own so).
+  if (owns_mpi_) {
+    ANTDT_LOG(debug) << "MPI started";
+  }
 #if ANTDT_HAVE_KOKKOS
   if (!Kokkos::is_initialized()) {
     Kokkos::InitArguments args;

@@ -47,7 +47,8 @@ fail() {
   exit 1
 }
 [ "$(sinfo -h -N -o %N | sort -u | paste -sd' ')" = "$(seq -f 'n%g' -s ' ' $nodes)" ] || fail "the nodes did not come up"
-export ANTDT_LOG_LEVEL=warn OPENBLAS_NUM_THREADS=1
+# debug: each rank says "MPI started" (startup_failed, below); the rest of debug is a few lines a run
+export ANTDT_LOG_LEVEL=debug OPENBLAS_NUM_THREADS=1
 # Open MPI ranks poll while they wait in MPI; with more ranks than this machine's two cores, a
 # polling rank keeps the one it waits for off the core (a 3-rank all-reduce of 8 bytes took
 # 6 ms instead of 0.6).
@@ -77,10 +78,18 @@ submit() {  # NAME ARGS...: antdt.sbatch on 3 nodes, a rank each, with sample lo
     --global-batch 60 --quiet "$@"
 }
 
-# srun ARGS..., its output appended to srun.log; once more when Open MPI's TCP start-up failed:
-# Open MPI 4.1.4's TCP BTL now and then reports "connect() to ... failed: Operation now in
-# progress (115)" between the nodes and a rank segfaults at start-up (seen with the machine's
-# load average at 10). A hang ends at the timeout.
+# Whether a run's output (FILE) shows Open MPI 4.1.4's TCP start-up failing between the nodes:
+# its own "connect() to ... failed: Operation now in progress (115)", or a rank that crashed
+# inside MPI_Init (a core dump: a call through a null pointer in mca_btl_tcp.so, as a peer that
+# had left MPI_Init connected to it), seen with the machine loaded. Each rank logs "MPI started"
+# (debug level, above) as MPI_Init returns: a crash after the 3 ranks said it is antdt's own and
+# is never retried.
+startup_failed() {
+  grep -q "failed to TCP connect\|connect() to .* failed" "$1" && return 0
+  grep -q "Process received signal" "$1" && [ "$(grep -c 'debug\] MPI started' "$1")" -lt 3 ]
+}
+# srun ARGS..., its output appended to srun.log; once more when Open MPI's start-up failed. A
+# hang ends at the timeout.
 run_srun() {
   local attempt
   for attempt in 1 2; do
@@ -89,7 +98,7 @@ run_srun() {
       return 0
     fi
     cat "$D/run/attempt.log" >> "$D/run/srun.log"
-    grep -q "failed to TCP connect\|connect() to .* failed\|mca_btl_tcp_recv_blocking" "$D/run/attempt.log" || return 1
+    startup_failed "$D/run/attempt.log" || return 1
     echo "note: Open MPI's TCP start-up failed (attempt $attempt)"
     rm -f "$D"/run/samples-*
   done
@@ -97,7 +106,7 @@ run_srun() {
 }
 # Whether a job's output shows Open MPI's TCP start-up failure (above) and no step of the run.
 tcp_startup_failed() {
-  grep -q "failed to TCP connect\|connect() to .* failed\|mca_btl_tcp_recv_blocking" "$1" || return 1
+  startup_failed "$1" || return 1
   echo "note: Open MPI's TCP start-up failed in job $(basename "$1"); submitting again"
 }
 # wait_resubmitted ID: waits for job ID, which antdt.sbatch resubmitted, and requeues it once when
