@@ -12,7 +12,9 @@
 #     machine of the morning of 2026-12-07, where rank 0 by itself trained 23-34k samples/s; by the
 #     evening it trained about 150k, and long steps needed BATCHES=10240, about 65 ms). static,
 #     dd --backup-workers 0, dd (default) and rank 0 by itself (1 rank on core 0, the same B).
-#     Printed: each over rank 0 by itself, and the default over static. B_EXTRA adds configs to
+#     Printed: each over rank 0 by itself, and the default over static. TENANT=stream makes the
+#     co-tenant a memory-bandwidth hog instead (stress-ng --stream 1, same core and nice levels:
+#     it takes rank 1's core and the memory bandwidth both ranks share). B_EXTRA adds configs to
 #     each round: nd, auto, and fixed splits given as rank 0's fraction of B (B_EXTRA="nd auto
 #     0.67 0.9"); the best fixed split's median is then printed beside dd's.
 #  C. real sharing: the same 2 ranks, rank 1 under a cgroup v1 CPU quota of QUOTA of a core
@@ -36,7 +38,7 @@
 # is samples over the run's wall time, start-up excluded. Runs are interleaved over REPEATS rounds;
 # the medians are printed, with every run's figure in OUT/runs.tsv.
 #   perf/controller/sit-out.sh [build-dir]    REPEATS=5 SECONDS_PER_RUN=20 OUT=dir PARTS="A B" BATCHES="64 2048"
-#                                            NICES="0 -10" B_EXTRA="nd auto 0.67"
+#                                            NICES="0 -10" B_EXTRA="nd auto 0.67" TENANT=cpu|stream
 #                                            PARTS="C D" QUOTA=0.25 QUOTA_BATCHES=512 LIFT_AFTER=10
 #                                            PARTS="E F" PERIOD=5 SHARE_BATCHES=512
 # Needs 2 cores and stress-ng (scripts/install-deps.sh installs it); C and D need root and the
@@ -62,6 +64,7 @@ period=4000  # us: a quarter of a core is then 1000 us, the smallest quota the k
 cleanup() {
   if [ -n "$tenant" ]; then kill "$tenant" 2>/dev/null || true; wait "$tenant" 2>/dev/null || true; fi
   pkill -f "stress-ng --cpu 1 --taskset 1" 2>/dev/null || true
+  pkill -f "stress-ng --stream 1 --taskset 1" 2>/dev/null || true
   if [ -d "$cg" ]; then
     echo -1 >"$cg/cpu.cfs_quota_us" 2>/dev/null || true
     rmdir "$cg" 2>/dev/null || true
@@ -103,10 +106,14 @@ if [[ " $parts " == *" B "* ]]; then
     real=(--synthetic-samples 65536 --synthetic-dim 64 --hidden 256,256 --global-batch "$b")
     for nice in ${NICES:-0 -10}; do
       for r in $(seq 1 "$repeats"); do
-        nice -n "$nice" stress-ng --cpu 1 --taskset 1 --cpu-method int64 -t 0 >/dev/null 2>&1 &
+        case ${TENANT:-cpu} in
+          cpu) nice -n "$nice" stress-ng --cpu 1 --taskset 1 --cpu-method int64 -t 0 >/dev/null 2>&1 & ;;
+          stream) nice -n "$nice" stress-ng --stream 1 --taskset 1 -t 0 >/dev/null 2>&1 & ;;
+          *) echo "sit-out: TENANT must be cpu or stream, not '$TENANT'" >&2; exit 2 ;;
+        esac
         tenant=$!
         sleep 1
-        c="B$b-nice$nice"
+        c="B$b-nice$nice${TENANT:+-$TENANT}"
         record B "$c" alone "$r" "$(run $c-alone-$r 1 "${bind[@]}" -- "${real[@]}" --policy static)"
         record B "$c" static "$r" "$(run $c-static-$r 2 "${bind[@]}" -- "${real[@]}" --policy static)"
         record B "$c" dd-no-sit-out "$r" \

@@ -182,3 +182,73 @@ TEST(Auto, ALastingSlowdownIsAbsorbedWithinAFewStepsThenRebalanced) {
   EXPECT_LE(dd_rebalanced, 230) << "dd too: within tens of steps";
   EXPECT_GT(r.automatic.throughput, r.dd.throughput);
 }
+
+// Each class of the Controller drives an action under auto (issue 40), on scripted ranks:
+//  - deterministic (slow from the start): rebalance; sit out when it costs more than it gives;
+//  - persistent (fine, then slow): rebalance within tens of steps (above);
+//  - transient: pooled steps while they pay (TransientsKeepTheStepsPooled);
+//  - leader: nothing of its own;
+// and at constant speeds, at most one plan change per 100 steps, trials of a rank that sits out
+// included.
+namespace {
+
+std::int64_t sitting_steps(const SimResult& r, int rank, std::int64_t steps) {
+  std::int64_t n = 0;
+  for (std::size_t k = 0; k < r.plans.size(); ++k) {
+    const std::int64_t from = r.plans[k].effective_step;
+    const std::int64_t to = k + 1 < r.plans.size() ? r.plans[k + 1].effective_step : steps;
+    if (r.plans[k].sits_out(rank)) n += to - from;
+  }
+  return n;
+}
+
+}  // namespace
+
+TEST(ClassActions, ADeterministicStragglerIsRebalancedAndKeptWhileItGivesMoreThanItCosts) {
+  SimConfig c = scenario({1, 1, 1, 0.5}, "", 1);
+  c.controller.policy = "auto";
+  const SimResult r = simulate(c);
+  const auto& split = r.plans.back().batch;
+  EXPECT_NEAR(static_cast<double>(split[3]) / split[0], 0.5, 0.1) << "shares in proportion to speed";
+  EXPECT_EQ(sitting_steps(r, 3, c.steps), 0) << "at half speed it gives more than it costs";
+  EXPECT_TRUE(r.restarts.empty()) << "a slower device is slow wherever it runs: no restart";
+  EXPECT_EQ(r.duplicated + r.missing, 0);
+}
+
+TEST(ClassActions, ADeterministicStragglerThatCostsMoreThanItGivesSitsOut) {
+  // One sample of rank 7 (at 0.02) takes longer than the others' whole shares of a step.
+  SimConfig c = scenario({1, 1, 1, 1, 1, 1, 1, 0.02}, "", 1);
+  c.steps = 2000;
+  c.controller.policy = "auto";
+  const SimResult r = simulate(c);
+  EXPECT_GT(sitting_steps(r, 7, c.steps), c.steps * 8 / 10) << "it sits out, but for its trials";
+  for (int i = 0; i < 7; ++i) EXPECT_EQ(sitting_steps(r, i, c.steps), 0) << "rank " << i;
+  EXPECT_GT(r.throughput, 0.9 * 7 / c.seconds_per_sample) << "the others run at about their own speed";
+  EXPECT_TRUE(r.restarts.empty());
+  EXPECT_EQ(r.duplicated + r.missing, 0);
+}
+
+TEST(ClassActions, ALeaderDrivesNothingOfItsOwn) {
+  SimConfig c = scenario({1, 1, 1, 2}, "", 1);
+  c.controller.policy = "auto";
+  const SimResult r = simulate(c);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(sitting_steps(r, i, c.steps), 0) << "rank " << i;
+  EXPECT_TRUE(r.restarts.empty());
+  const auto& split = r.plans.back().batch;
+  EXPECT_NEAR(static_cast<double>(split[3]) / split[0], 2.0, 0.3) << "its share is its speed's, as any rank's";
+}
+
+TEST(ClassActions, AtConstantSpeedsAutoMakesAtMostOneChangePerHundredSteps) {
+  const std::vector<std::vector<double>> mixes = {
+      {1, 1, 1, 1}, {1, 1, 1, 0.5}, {1, 1, 1, 2}, {1, 1, 1, 1, 1, 1, 1, 0.02}};
+  for (const auto& speeds : mixes) {
+    for (std::uint64_t seed = 1; seed <= 2; ++seed) {
+      SimConfig c = scenario(speeds, "", seed);
+      c.steps = 2000;
+      c.controller.policy = "auto";
+      const SimResult r = simulate(c);
+      EXPECT_LE(r.plan_changes, c.steps / 100) << r.plan_changes << " changes, " << speeds.size()
+                                               << " ranks, last speed " << speeds.back() << ", seed " << seed;
+    }
+  }
+}
