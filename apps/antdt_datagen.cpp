@@ -47,7 +47,7 @@ std::string shape_text(const std::vector<std::int64_t>& shape) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  antdt::Environment env(argc, argv);
+  antdt::Environment env(argc, argv, antdt::without_jobs);
   CLI::App app{"antdt-datagen: write a synthetic, learnable classification data set to HDF5 (docs/data.md).",
                "antdt-datagen"};
   app.set_version_flag("--version", std::string("antdt ") + ANTDT_VERSION_STRING);

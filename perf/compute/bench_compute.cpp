@@ -48,7 +48,7 @@ double time_per_call(double seconds, const Body& body) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  antdt::Environment env(argc, argv);
+  antdt::Environment env(argc, argv, antdt::without_jobs);
   double seconds = 0.5;
   if (argc > 1) {
     const std::string a = argv[1];

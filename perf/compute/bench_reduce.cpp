@@ -42,7 +42,7 @@ double timed(const antdt::Communicator& comm, int iterations, const Body& body) 
 }  // namespace
 
 int main(int argc, char** argv) {
-  antdt::Environment env(argc, argv);
+  antdt::Environment env(argc, argv, antdt::without_jobs);
   antdt::Communicator comm = antdt::Communicator::duplicate(MPI_COMM_WORLD);
   const bool root = comm.is_root();
   const antdt::DeviceInfo host;  // the host backend: MPI reduction of host buffers

@@ -264,7 +264,7 @@ void paired_loop(antdt::JobOptions options, antdt::TorchDataset& images, std::in
 }  // namespace
 
 int main(int argc, char** argv) {
-  antdt::Environment env(argc, argv);
+  antdt::Environment env(argc, argv, antdt::without_jobs);
   CLI::App app{"The torch_cnn example's step with a bare MPI_Allreduce, or under antdt with timers (perf/torch)",
                "torch-baseline"};
   antdt::JobOptions options;

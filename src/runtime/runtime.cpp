@@ -105,6 +105,8 @@ Environment::Environment(int& argc, char**& argv) {
 #endif
 }
 
+Environment::Environment(int& argc, char**& argv, WithoutJobs) : Environment(argc, argv) { builds_jobs_ = false; }
+
 Environment::~Environment() {
 #if ANTDT_HAVE_KOKKOS
   if (owns_kokkos_ && Kokkos::is_initialized()) Kokkos::finalize();
@@ -114,7 +116,7 @@ Environment::~Environment() {
     // Job's start-up: tell them, so that they stop now, not after the step timeout, naming this
     // rank as having ended, not its node as stalled (docs/errors.md).
     try {
-      detail::Guard::leave_before_start(MPI_COMM_WORLD);
+      if (builds_jobs_) detail::Guard::leave_before_start(MPI_COMM_WORLD);
     } catch (...) {  // never throws
     }
     MPI_Finalize();

@@ -34,7 +34,7 @@ class RankFailurePrinter : public testing::EmptyTestEventListener {
 }  // namespace
 
 int main(int argc, char** argv) {
-  antdt::Environment env(argc, argv);
+  antdt::Environment env(argc, argv, antdt::without_jobs);
   testing::InitGoogleTest(&argc, argv);
   const int rank = env.world_rank();
   const int size = env.world_size();
