@@ -182,6 +182,21 @@ class BackupWorkers(Batches):
         self.assertTrue(logged[rejoined], "rank 2 trained in its trial")
         self.assert_same_maths(static, dd, "dd with a rank that sits out against static")
 
+    def test_pooled_policies_go_on_with_rank_0_alone_and_train_the_same_model(self):
+        """nd and auto with rank 1 of 2 sitting out: rank 0 takes every step alone, under a plan
+        that stays pooled for when rank 1 rejoins, its steps pipelined where they run plain; the
+        steps are made of the same samples as under static, each once."""
+        static = self.train("alone-static", 2, "--policy", "static")
+        for policy in ("nd", "auto"):
+            name = "alone-" + policy
+            run = self.train(name, 2, "--policy", policy, "--emulate-speed", "1,0.02", "--virtual-device", "0.0002",
+                             "--min-interval", 5, "--summary-json", os.path.join(self.dir, name + ".json"))
+            s = self.summary(name)
+            out = [p for p in s["plans"] if p["sitting"] == [1]]
+            self.assertGreaterEqual(len(out), 1, s["plans"])
+            self.assertEqual((s["duplicated_samples"], s["missing_samples"]), (0, 0))
+            self.assert_same_maths(static, run, f"{policy} with rank 1 sitting out against static")
+
     def test_without_backup_workers_no_rank_sits_out(self):
         self.train("sit-none", 3, *self.ARGS, "--backup-workers", 0, "--steps", 60,
                    "--summary-json", os.path.join(self.dir, "sit-none.json"))

@@ -93,13 +93,15 @@ TEST(Auto, TransientsKeepTheStepsPooled) {
   }
 }
 
-// (c) Both at once: a 1/3-speed rank plus the transients. auto pools and rebalances the shares
-// (nd keeps equal shares here: the cost model's error on pooled steps blocks its splits), so a
-// slow rank's large share no longer holds the step's last chunks: above both (1.041-1.046x nd).
-TEST(Auto, ASlowRankPlusTransientsBeatsBothFixedPolicies) {
+// (c) Both at once: a 1/3-speed rank plus the transients. auto pools and rebalances the shares,
+// so a slow rank's large share no longer holds the step's last chunks; nd now does the same (its
+// splits were blocked while the plain model's error on pooled steps set its bar, and auto was
+// 1.041-1.046x nd): auto at nd's throughput, above dd.
+TEST(Auto, ASlowRankPlusTransientsMatchesNdAndBeatsDd) {
   for (std::uint64_t seed = 1; seed <= 3; ++seed) {
     const Runs r = run_all(scenario({1, 1, 1, 1, 1.0 / 3}, "0.1,3,1", seed));
-    EXPECT_GT(r.automatic.throughput, 1.02 * std::max(r.dd.throughput, r.nd.throughput)) << "seed " << seed;
+    EXPECT_GE(r.automatic.throughput, 0.98 * r.nd.throughput) << "seed " << seed;
+    EXPECT_GT(r.automatic.throughput, 1.3 * r.dd.throughput) << "seed " << seed;
     EXPECT_TRUE(switches(r.automatic).empty()) << "seed " << seed;
   }
 }
