@@ -120,6 +120,9 @@ Environment::~Environment() {
     } catch (...) {  // never throws
     }
     MPI_Finalize();
+    if (detail::a_rank_left()) {
+      std::this_thread::sleep_for(std::chrono::duration<double>(detail::kLeaverEndsFirstSeconds));
+    }
   }
 }
 

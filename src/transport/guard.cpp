@@ -46,13 +46,10 @@ constexpr std::size_t kNamedAtMost = 8;
 
 Guard* g_installed = nullptr;
 bool g_abandoned = false;
-bool g_made = false;  // a Guard was made in this process (Guard::leave_before_start)
+bool g_made = false;       // a Guard was made in this process (Guard::leave_before_start)
+bool g_rank_left = false;  // this process stopped because another rank left (a_rank_left)
 // A word's step for a rank that left before its Job existed (Guard::leave_before_start).
 constexpr std::int64_t kBeforeStart = -1;
-// How long the ranks that stop because a rank left wait before they end, so that the leaver's
-// process ends first and a code of its own is the one the launcher reports (mpirun reports the
-// first non-zero one).
-constexpr double kLeaverEndsFirst = 1.0;
 
 // Marks the wait's requests abandoned when an error leaves it.
 struct AbandonOnThrow {
@@ -295,7 +292,7 @@ void Guard::act(const Word& w) {
   // An earlier Guard's word (0: a Guard's that had not shared its generation yet) is not ours.
   if (w.generation != generation_ && w.generation != 0) return;
   if (w.kind == Word::stop || w.kind == Word::left_stop) {
-    if (w.kind == Word::left_stop) std::this_thread::sleep_for(std::chrono::duration<double>(kLeaverEndsFirst));
+    if (w.kind == Word::left_stop) g_rank_left = true;
     // Rank 0 that ended before its Job existed prints nothing itself: rank 1 says it.
     const bool from_before_start = w.step == kBeforeStart;
     throw_shared_error(static_cast<ErrorKind>(w.error_kind), w.text, !from_before_start || rank_ != 1);
@@ -449,6 +446,13 @@ void Guard::wait(std::span<MPI_Request> requests) {
       patience = now + timeout_ + grace;
     }
     if (now >= patience || (rank_ == 0 && !left_.empty())) {  // a rank that left: no need to wait
+      if (rank_ == 0 && now < patience) {
+        // A rank that left after its part of this wait (it threw the error every rank threw
+        // here, then ended): the wait completes, and the leave is judged at the next one. Its
+        // word came after its part, so that part has arrived.
+        ANTDT_CHECK_MPI(MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done, MPI_STATUSES_IGNORE));
+        if (done != 0) return;
+      }
       if (rank_ == 0) {
         judge(requests);
         return;  // the waited-for work completed while rank 0 asked around: a late rank, not a stall
@@ -605,9 +609,7 @@ void Guard::judge(std::span<MPI_Request> requests) {
     e.set_shared(true, false);
     throw e;
   }
-  if (!left_.empty() && stalled.empty()) {
-    std::this_thread::sleep_for(std::chrono::duration<double>(kLeaverEndsFirst));  // as the others do
-  }
+  if (!left_.empty() && stalled.empty()) g_rank_left = true;
   throw_shared_error(kind, what, false);
 }
 
@@ -626,6 +628,7 @@ void Guard::rank0_silent(double waited) {
 
 Guard* installed_guard() noexcept { return g_installed; }
 bool waits_abandoned() noexcept { return g_abandoned; }
+bool a_rank_left() noexcept { return g_rank_left; }
 
 GuardInstall::GuardInstall(Guard* guard) noexcept : previous_(g_installed) { g_installed = guard; }
 GuardInstall::~GuardInstall() { g_installed = previous_; }

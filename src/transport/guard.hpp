@@ -191,6 +191,12 @@ class Guard {
 // The process must then end (antdt::run_main ends it with MPI_Abort): every later guarded wait
 // throws at once, and communicators are left to the end of the process, not freed under it.
 [[nodiscard]] bool waits_abandoned() noexcept;
+// Whether this process stopped because another rank left the run (its program returned or
+// exited: Guard::leave, leave_before_start). Its Environment then ends a moment after
+// MPI_Finalize, so that the leaver's process ends first and a non-zero code of its own is the
+// one the launcher reports (mpirun reports the first non-zero one).
+[[nodiscard]] bool a_rank_left() noexcept;
+inline constexpr double kLeaverEndsFirstSeconds = 1.0;
 
 // The Guard of this process's job (set by the Session for its life), or nullptr: then the
 // helpers below block as MPI's own calls do.
