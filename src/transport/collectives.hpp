@@ -24,16 +24,22 @@ namespace antdt::detail {
 // elements of `element_bytes` each.
 constexpr std::int64_t kMpiPiece = std::int64_t{1} << 30;
 
+// Calls f(start, n) for consecutive pieces of `buffer`: n elements of `element_bytes` each, at
+// most `piece` of them.
+template <class F>
+void for_each_piece(void* buffer, std::int64_t count, std::size_t element_bytes, std::int64_t piece, F f) {
+  const std::int64_t step = piece < 1 ? 1 : piece;
+  auto* bytes = static_cast<std::byte*>(buffer);
+  for (std::int64_t done = 0; done < count; done += step) {
+    f(bytes + static_cast<std::size_t>(done) * element_bytes, static_cast<int>(std::min(count - done, step)));
+  }
+}
+
 // `count` elements of `type` from `root` to every rank of `comm`, in pieces.
 inline void bcast_in_pieces(void* buffer, std::int64_t count, MPI_Datatype type, std::size_t element_bytes, int root,
                             MPI_Comm comm, std::int64_t piece = kMpiPiece) {
-  const std::int64_t step = piece < 1 ? 1 : piece;
-  auto* bytes = static_cast<std::byte*>(buffer);
-  for (std::int64_t done = 0; done < count;) {
-    const std::int64_t n = std::min(count - done, step);
-    bcast(bytes + static_cast<std::size_t>(done) * element_bytes, static_cast<int>(n), type, root, comm);
-    done += n;
-  }
+  for_each_piece(buffer, count, element_bytes, piece,
+                 [&](std::byte* start, int n) { bcast(start, n, type, root, comm); });
 }
 
 // Rank 0's vector, on every rank: its length, then its elements.
@@ -82,14 +88,8 @@ inline std::vector<std::string> gather_strings(const Communicator& comm, const s
 // An in-place all-reduce of `count` elements of `type` (`element_bytes` each), in pieces.
 inline void allreduce_in_place(void* buffer, std::int64_t count, MPI_Datatype type, std::size_t element_bytes,
                                MPI_Op op, MPI_Comm comm, std::int64_t piece = kMpiPiece) {
-  const std::int64_t step = piece < 1 ? 1 : piece;
-  auto* bytes = static_cast<std::byte*>(buffer);
-  for (std::int64_t done = 0; done < count;) {
-    const std::int64_t n = std::min(count - done, step);
-    allreduce(MPI_IN_PLACE, bytes + static_cast<std::size_t>(done) * element_bytes, static_cast<int>(n), type, op,
-              comm);
-    done += n;
-  }
+  for_each_piece(buffer, count, element_bytes, piece,
+                 [&](std::byte* start, int n) { allreduce(MPI_IN_PLACE, start, n, type, op, comm); });
 }
 
 // What one rank passes to a collective that the program asked for (Job::reduce, ::broadcast).

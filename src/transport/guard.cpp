@@ -360,15 +360,7 @@ void Guard::leave_before_start(MPI_Comm comm) {
       MPI_Isend(&words[static_cast<std::size_t>(r)], kWordBytes, MPI_BYTE, r, kToRank, comm, &sends.back());
     }
   }
-  // Small words (eager): they leave without their receivers; give them a moment, then let go.
-  const double deadline = steady_seconds() + 0.2;
-  for (int done = 0; done == 0 && steady_seconds() < deadline;) {
-    MPI_Testall(static_cast<int>(sends.size()), sends.data(), &done, MPI_STATUSES_IGNORE);
-    if (done == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
-  for (auto& q : sends) {
-    if (q != MPI_REQUEST_NULL) MPI_Request_free(&q);
-  }
+  let_go(sends);
 }
 
 void Guard::tell_stop(const std::vector<std::int32_t>& ranks, const std::string& why, ErrorKind kind) {
@@ -402,6 +394,10 @@ void Guard::let_go(std::span<MPI_Request> sends) {
   for (auto& q : sends) {
     if (q != MPI_REQUEST_NULL) MPI_Request_free(&q);
   }
+}
+
+bool Guard::said_it_left(int rank) const {
+  return std::any_of(left_.begin(), left_.end(), [rank](const Word& w) { return w.rank == rank; });
 }
 
 void Guard::nap(double waited) {
@@ -501,7 +497,7 @@ void Guard::judge(std::span<MPI_Request> requests) {
       ANTDT_CHECK_MPI(MPI_Test(&heard[i], &got, MPI_STATUS_IGNORE));
       if (got != 0) {
         answered[i] = 1;
-      } else if (std::none_of(left_.begin(), left_.end(), [&](const Word& w) { return w.rank == r; })) {
+      } else if (!said_it_left(r)) {
         ++left;  // a rank that said it left does not answer: no need to wait for it
       }
     }
@@ -539,9 +535,10 @@ void Guard::judge(std::span<MPI_Request> requests) {
   std::string what;
   std::vector<int> stalled;  // the missing ranks that did not say they left
   for (const int r : missing) {
-    if (std::none_of(left_.begin(), left_.end(), [&](const Word& w) { return w.rank == r; })) stalled.push_back(r);
+    if (!said_it_left(r)) stalled.push_back(r);
   }
-  if (!missing.empty() && stalled.empty()) {
+  const bool left_verdict = !missing.empty() && stalled.empty();  // every missing rank said it left
+  if (left_verdict) {
     const Word& first = left_.front();
     kind = ErrorKind::runtime;
     what = left_text(rank_name(first.rank), static_cast<Phase>(first.phase), first.step) +
@@ -579,7 +576,7 @@ void Guard::judge(std::span<MPI_Request> requests) {
     const auto i = static_cast<std::size_t>(r);
     std::vector<MPI_Request>& list = answered[i] != 0 ? told : told_silent;
     Word& stop = questions[static_cast<std::size_t>(size_) + i];
-    stop = word(kind == ErrorKind::stall || left_.empty() ? Word::stop : Word::left_stop, phase_, step_, 0);
+    stop = word(left_verdict ? Word::left_stop : Word::stop, phase_, step_, 0);
     stop.error_kind = static_cast<std::uint8_t>(kind);
     set_text(stop, what);
     list.emplace_back(MPI_REQUEST_NULL);
@@ -609,7 +606,7 @@ void Guard::judge(std::span<MPI_Request> requests) {
     e.set_shared(true, false);
     throw e;
   }
-  if (!left_.empty() && stalled.empty()) g_rank_left = true;
+  if (left_verdict) g_rank_left = true;
   throw_shared_error(kind, what, false);
 }
 

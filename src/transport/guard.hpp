@@ -142,7 +142,9 @@ class Guard {
 
  private:
   void post_receive();
-  void let_go(std::span<MPI_Request> sends);
+  static void let_go(std::span<MPI_Request> sends);
+  // Rank 0: whether `rank` said it left (a Word::left heard since the last verdict).
+  [[nodiscard]] bool said_it_left(int rank) const;
   // A word of this Guard's (its generation stamped in) and what serve() does with one heard.
   [[nodiscard]] Word word(std::uint8_t kind, Phase phase, std::int64_t step, int rank) const;
   void act(const Word& heard);
